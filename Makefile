@@ -1,0 +1,67 @@
+# The Triton kernels course. Quick start: `make lab` (the course in JupyterLab), `make test` (the tests).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# nbgrader runs alembic and jupyter as commands: the venv comes first on PATH.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+ASSIGNMENTS := 01_vector_add
+# cpu: torch's CPU build and Triton's interpreter; gpu: torch 2.11 (CUDA) whose triton is the same 3.6.0.
+TORCH_BUILD ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+PHASE ?=
+JUPYTER_PORT ?= 8888
+
+.PHONY: help venv lab notebooks test test-fast release check reset gpu-check clean-grading
+
+help:
+	@echo "make lab            build .venv (first time) and open JupyterLab on notebooks/"
+	@echo "make test           run the whole test suite (pytest)"
+	@echo "make check PHASE=01_vector_add   check one of your notebooks from the terminal (exit code 0 = pass)"
+	@echo "make reset PHASE=01_vector_add   back up your notebook and restore the released version"
+	@echo "make release        regenerate release/ from source/ with nbgrader (instructors)"
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements/lock.txt requirements/torch-cpu.txt requirements/torch-gpu.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
+		{ echo "Python 3.10 or newer is needed (found $$($(PYTHON) --version))"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@echo "Installing torch ($(TORCH_BUILD) build)..."
+	if [ "$(TORCH_BUILD)" = gpu ]; then \
+		$(PY) -m pip install -q -r requirements/torch-gpu.txt; \
+	else \
+		$(PY) -m pip install -q --retries 1 --timeout 20 --extra-index-url $(TORCH_CPU_INDEX) \
+			-r requirements/torch-cpu.txt; \
+	fi
+	$(PY) -m pip install -q -r requirements/lock.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+# The learner's workspace: copy released notebooks that are not there yet; never overwrite.
+notebooks:
+	@for a in $(ASSIGNMENTS); do \
+		if [ ! -e notebooks/$$a.ipynb ]; then cp release/$$a/$$a.ipynb notebooks/$$a.ipynb; \
+			echo "notebooks/$$a.ipynb created from release/"; fi; \
+	done
+
+lab: venv notebooks
+	cd notebooks && ../$(VENV)/bin/jupyter lab --port=$(JUPYTER_PORT) \
+		$$([ "$(TORCH_BUILD)" = cpu ] && echo "--ServerApp.ip=127.0.0.1")
+
+test: venv
+	$(PY) -m pytest -q
+
+release: venv
+	@for a in $(ASSIGNMENTS); do \
+		$(VENV)/bin/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; \
+	done
+
+check: venv
+	@test -n "$(PHASE)" || { echo "usage: make check PHASE=01_vector_add"; exit 2; }
+	$(PY) -m tritoncourse check notebooks/$(PHASE).ipynb
+
+reset: venv
+	@test -n "$(PHASE)" || { echo "usage: make reset PHASE=01_vector_add"; exit 2; }
+	$(PY) -m tritoncourse reset $(PHASE)

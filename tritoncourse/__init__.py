@@ -1,0 +1,31 @@
+"""The Triton kernels course's helper package.
+
+Modules by concern: ``device`` (GPU or interpreter), ``checking`` (comparisons, guards, fences),
+``checks`` (per-phase kernel checks), ``benchmarking`` (timing and recorded GPU results),
+``widgets`` (interactive pictures), ``grading`` (isolated tests and nbgrader glue).
+"""
+from __future__ import annotations
+
+from .device import describe_device, infer_device, setup_device
+
+__all__ = ["setup_notebook", "setup_device", "infer_device", "describe_device"]
+
+
+def setup_notebook() -> str:
+    """First call of every notebook: choose GPU or interpreter, register ``%%kernel_test``, say where.
+
+    Returns the device tensors should live on ('cuda' or 'cpu').
+    """
+    device = setup_device()
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+    except ImportError:  # pragma: no cover
+        ip = None
+    if ip is not None:
+        from .grading.magic import register
+
+        register(ip)
+    print(describe_device())
+    return device

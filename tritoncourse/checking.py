@@ -1,0 +1,176 @@
+"""Checking kernels: verbose comparisons, NaN guard buffers, electric fences, seeds.
+
+Every check returns ``(ok, message)`` or raises :class:`KernelCheckError` with a message written
+for a learner: what differs, where, and the likely cause.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import random
+from dataclasses import dataclass
+
+import torch
+
+# One table of tolerances per dtype: (atol, rtol, why).
+TOLERANCES = {
+    torch.float32: (1e-6, 1e-5, "fp32 results may differ from torch's by rounding order only"),
+    torch.float16: (1e-3, 1e-2, "fp16 keeps about 3 decimal digits; arithmetic is done in fp32 and rounded once"),
+}
+
+
+class KernelCheckError(AssertionError):
+    """A check failed; the message is meant for the learner."""
+
+
+def fresh_seed() -> int:
+    """The seed for this test run: TRITONCOURSE_SEED when set (to reproduce a failure), else random."""
+    env = os.environ.get("TRITONCOURSE_SEED")
+    if env:
+        return int(env)
+    return random.SystemRandom().randrange(1, 2**31)
+
+
+def generator(seed: int, device: str = "cpu") -> torch.Generator:
+    """A torch generator seeded with ``seed``, independent of the global RNG the notebook may touch."""
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def stage(text: str) -> None:
+    """Record what the check is about to do, so a crash (segfault, illegal address) can be explained."""
+    path = os.environ.get("TRITONCOURSE_STAGE_FILE")
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def compare(actual: torch.Tensor, expected: torch.Tensor, *, atol: float | None = None,
+            rtol: float | None = None, name: str = "output", max_show: int = 5) -> tuple[bool, str]:
+    """Compare element-wise like torch.allclose, but explain: how many differ, where, NaN and inf.
+
+    ``expected`` may be a higher-precision reference; both are compared in fp32 (fp64 if either is).
+    """
+    if actual.shape != expected.shape:
+        return False, f"{name} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    d_atol, d_rtol, _ = TOLERANCES.get(actual.dtype, TOLERANCES[torch.float32])
+    atol = d_atol if atol is None else atol
+    rtol = d_rtol if rtol is None else rtol
+    wide = torch.float64 if torch.float64 in (actual.dtype, expected.dtype) else torch.float32
+    a = actual.detach().to("cpu", wide)
+    e = expected.detach().to("cpu", wide)
+    both_nan = torch.isnan(a) & torch.isnan(e)
+    same_inf = torch.isinf(a) & torch.isinf(e) & (a == e)
+    close = (a - e).abs() <= atol + rtol * e.abs()
+    ok_mask = close | both_nan | same_inf
+    bad = ~ok_mask
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return True, f"{name}: all {a.numel()} elements match (atol={atol:g}, rtol={rtol:g})"
+    idx = bad.nonzero()
+    lines = [f"{name}: {n_bad} of {a.numel()} elements differ (atol={atol:g}, rtol={rtol:g})"]
+    for row in idx[:max_show].tolist():
+        where = tuple(row) if len(row) > 1 else row[0]
+        lines.append(f"  at index {where}: expected {_fmt(e[tuple(row)].item())}, got {_fmt(a[tuple(row)].item())}")
+    if n_bad > max_show:
+        lines.append(f"  ... and {n_bad - max_show} more")
+    n_nan = int((torch.isnan(a) & ~torch.isnan(e)).sum())
+    n_inf = int((torch.isinf(a) & ~torch.isinf(e)).sum())
+    if n_nan:
+        lines.append(f"  {n_nan} of them are NaN where the reference is a number")
+    if n_inf:
+        lines.append(f"  {n_inf} of them are inf where the reference is finite")
+    return False, "\n".join(lines)
+
+
+# Output guards hold this value rather than NaN, so that a stray store of a NaN (read from an input's
+# NaN guard) still shows. Inputs keep NaN guards so that a stray read poisons the result.
+OUTPUT_SENTINEL = -12345.0
+
+
+@dataclass
+class Guarded:
+    """A tensor living inside a larger buffer whose border (the guard) holds ``fill``."""
+
+    view: torch.Tensor
+    buffer: torch.Tensor
+    pad: int
+    fill: float = float("nan")
+
+    def guard_mask(self) -> torch.Tensor:
+        inside = torch.zeros(self.buffer.shape, dtype=torch.bool, device=self.buffer.device)
+        inside[tuple(slice(self.pad, self.pad + s) for s in self.view.shape)] = True
+        return ~inside
+
+    def _changed(self) -> torch.Tensor:
+        if self.fill != self.fill:  # NaN guard
+            differs = ~torch.isnan(self.buffer)
+        else:
+            differs = self.buffer != self.fill
+        return self.guard_mask() & differs
+
+    def guard_changes(self) -> int:
+        """How many guard elements were overwritten: something wrote outside the view."""
+        return int(self._changed().sum())
+
+    def first_guard_change(self) -> tuple[int, ...] | None:
+        """The first overwritten guard element, as an index relative to the view (may be < 0)."""
+        idx = self._changed().nonzero()
+        if len(idx) == 0:
+            return None
+        return tuple(i - self.pad for i in idx[0].tolist())
+
+
+def guarded_empty(shape, dtype=torch.float32, device="cpu", pad: int = 64,
+                  fill: float = OUTPUT_SENTINEL) -> Guarded:
+    """An output tensor of ``shape``, NaN inside (unwritten elements show), inside a guard of ``fill``."""
+    shape = tuple(shape)
+    buffer = torch.full(tuple(s + 2 * pad for s in shape), fill, dtype=dtype, device=device)
+    view = buffer[tuple(slice(pad, pad + s) for s in shape)]
+    view.fill_(float("nan"))
+    return Guarded(view, buffer, pad, fill)
+
+
+def guarded_copy(t: torch.Tensor, pad: int = 64) -> Guarded:
+    """A copy of ``t`` inside a NaN guard: a stray read returns NaN, a stray write shows in the guard."""
+    g = guarded_empty(t.shape, t.dtype, t.device, pad, fill=float("nan"))
+    g.view.copy_(t)
+    return g
+
+
+class Fenced:
+    """A CPU tensor that ends (or starts) exactly at an unreadable page: an electric fence.
+
+    On Triton's interpreter, an unmasked lane past the end of the tensor reads the protected page
+    and the process dies with SIGSEGV at once, instead of silently reading a neighbour's memory.
+    """
+
+    PAGE = mmap.PAGESIZE
+
+    def __init__(self, n: int, dtype=torch.float32, side: str = "end"):
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        nbytes = n * itemsize
+        data_pages = (nbytes + self.PAGE - 1) // self.PAGE + 1
+        self._map = mmap.mmap(-1, (data_pages + 2) * self.PAGE)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        for page in (0, data_pages + 1):  # a fence page before and after the data
+            if libc.mprotect(ctypes.c_void_p(base + page * self.PAGE), self.PAGE, 0) != 0:
+                raise OSError(ctypes.get_errno(), "mprotect failed")
+        if side == "end":
+            offset = (data_pages + 1) * self.PAGE - nbytes
+        elif side == "start":
+            offset = self.PAGE
+        else:
+            raise ValueError("side must be 'end' or 'start'")
+        self.tensor = torch.frombuffer(self._map, dtype=dtype, count=n, offset=offset)
+
+
+def fence_supported(device: str) -> bool:
+    """Fences catch stray reads only on the interpreter (CPU tensors); GPU memory has no such pages."""
+    return device == "cpu"

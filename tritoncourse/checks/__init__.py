@@ -1,0 +1,64 @@
+"""Per-phase checks: each launches the learner's kernel itself on guarded, fresh random inputs.
+
+The checks say *how* a kernel is tested (guards, fences, diagnosis); the notebooks' hidden test
+cells say *which* cases are tested.
+"""
+from __future__ import annotations
+
+import triton
+
+from ..checking import KernelCheckError, stage
+
+
+def _kernel_types() -> tuple[type, ...]:
+    from triton.runtime.jit import JITFunction
+
+    kinds: list[type] = [JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        kinds.append(InterpretedFunction)
+    except ImportError:  # pragma: no cover - older triton
+        pass
+    return tuple(kinds)
+
+
+def require_triton_kernel(kernel, name: str) -> None:
+    """Fail unless ``kernel`` is a real @triton.jit kernel (not a Python function or a look-alike)."""
+    if not isinstance(kernel, _kernel_types()):
+        raise KernelCheckError(
+            f"`{name}` is a {type(kernel).__name__}, not a Triton kernel.\n"
+            "Likely cause: it is not decorated with @triton.jit (the tests launch it as kernel[grid](...))."
+        )
+
+
+def explain_launch_error(err: BaseException, name: str, signature: str, context: str) -> KernelCheckError:
+    """Turn an exception raised while launching the learner's kernel into a learner-facing message."""
+    text = f"{type(err).__name__}: {err}".strip()
+    if len(text) > 1500:
+        text = text[:1500] + " ..."
+    chain = f"{err!r} {err.__cause__!r}"
+    if "NotImplementedError" in chain:
+        hint = "the kernel is not written yet: replace `raise NotImplementedError()` with your code."
+    elif isinstance(err, TypeError) and ("argument" in str(err) or "positional" in str(err)):
+        hint = f"the kernel's signature must be exactly `{signature}`."
+    elif isinstance(err, triton.CompilationError) or "CompilationError" in type(err).__name__:
+        hint = "Triton could not compile the kernel; the line and the reason are above."
+    else:
+        hint = "read the error above; it comes from inside your kernel."
+    return KernelCheckError(f"Launching `{name}` ({context}) raised an error:\n  {text}\nLikely cause: {hint}")
+
+
+def launch(kernel, grid, args, kwargs, *, name: str, signature: str, context: str, device: str) -> None:
+    """Launch ``kernel[grid](*args, **kwargs)``, waiting for it, with errors explained."""
+    stage(f"running `{name}` ({context})")
+    try:
+        kernel[grid](*args, **kwargs)
+        if device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+    except KernelCheckError:
+        raise
+    except Exception as err:  # the learner's kernel may raise anything
+        raise explain_launch_error(err, name, signature, context) from None

@@ -1,0 +1,180 @@
+"""Running one test cell in a fresh Python process, against the learner's kernels only.
+
+Used the same way by the ``%%kernel_test`` cells in a learner's notebook, by ``tritoncourse check``
+and by the nbgrader preprocessor: the verdict never depends on the state of the learner's kernel
+(monkeypatched torch, input transformers, dead kernels), a kernel that never ends is killed at a
+time limit, and a kernel that crashes its process (segfault, illegal address) costs only this test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..checking import fresh_seed
+from .source import Assembly, assemble
+
+RUNNER = Path(__file__).with_name("runner.py")
+MAGIC = "%%kernel_test"
+DEFAULT_TIMEOUT = 120.0
+KERNEL_HEADER = "import math\nimport triton\nimport triton.language as tl\n\n"
+# Names the runner defines for every test; never taken from the learner's notebook.
+PROVIDED = {"torch", "triton", "tl", "math", "DEVICE"}
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    kind: str  # pass | fail | error | crash | timeout | invalid
+    message: str
+    seed: int
+    seconds: float
+    title: str = ""
+
+    def report(self) -> str:
+        """The text a learner sees under the test cell."""
+        head = f"{'PASSED' if self.ok else 'FAILED'}: {self.title}" if self.title else \
+            ("PASSED" if self.ok else "FAILED")
+        if self.ok:
+            return f"{head}  [fresh process, {self.seconds:.1f} s, seed {self.seed}]"
+        return (f"{head}\n{self.message}\n"
+                f"[seed {self.seed}: rerun with TRITONCOURSE_SEED={self.seed} to reproduce]")
+
+
+def parse_cell(cell_source: str) -> tuple[dict, str] | None:
+    """Split a ``%%kernel_test [--timeout S]`` cell into (options, test body); None if it is not one."""
+    first, _, body = cell_source.lstrip().partition("\n")
+    parts = shlex.split(first)
+    if not parts or parts[0] != MAGIC:
+        return None
+    options = {"timeout": DEFAULT_TIMEOUT}
+    args = parts[1:]
+    while args:
+        flag = args.pop(0)
+        if flag == "--timeout" and args:
+            options["timeout"] = float(args.pop(0))
+    return options, body
+
+
+def test_title(body: str) -> str:
+    """The first line of the test's docstring."""
+    import ast
+
+    try:
+        doc = ast.get_docstring(ast.parse(body))
+    except SyntaxError:
+        doc = None
+    return (doc or "").strip().splitlines()[0] if doc else ""
+
+
+_CRASH_HINTS = {
+    signal.SIGSEGV: "a segmentation fault",
+    signal.SIGBUS: "a bus error",
+    signal.SIGABRT: "an abort",
+    signal.SIGILL: "an illegal instruction",
+    signal.SIGFPE: "a floating-point exception",
+    signal.SIGKILL: "being killed (out of memory?)",
+}
+
+
+def _crash_message(returncode: int, stage: str) -> str:
+    try:
+        sig = signal.Signals(-returncode)
+        what = f"{_CRASH_HINTS.get(sig, 'a signal')} ({sig.name})"
+    except ValueError:
+        what = f"exit code {returncode}"
+    msg = f"Your kernel crashed the checking process with {what}"
+    if stage.startswith("FENCE-READ"):
+        return (f"{msg} while {stage[len('FENCE-READ: '):]}.\n"
+                "Likely cause: a tl.load reads past the end (or before the start) of an input. "
+                "Every lane must be masked (offsets < n_elements), even lanes whose values you never store.")
+    msg += f" while {stage}." if stage else "."
+    return (f"{msg}\nLikely cause: a load or store outside a tensor (on the interpreter this reads or writes "
+            "host memory); check that every tl.load and tl.store is masked.")
+
+
+def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
+             seed: int | None = None, device: str | None = None) -> Outcome:
+    """Run one test body against the assembled kernels in a fresh process and return the verdict."""
+    from ..device import infer_device
+
+    title = test_title(body)
+    seed = fresh_seed() if seed is None else seed
+    if assembly.problems:
+        return Outcome(False, "invalid", "\n".join(assembly.problems), seed, 0.0, title)
+    device = device or infer_device()
+    with tempfile.TemporaryDirectory(prefix="tritoncourse-") as tmp:
+        tmpd = Path(tmp)
+        (tmpd / "learner_kernels.py").write_text(KERNEL_HEADER + assembly.source)
+        (tmpd / "test_cell.py").write_text(body)
+        (tmpd / "kernel_names.json").write_text(json.dumps(assembly.kernels))
+        env = dict(os.environ)
+        env.update(TRITONCOURSE_SEED=str(seed), TRITONCOURSE_RESULT_FILE=str(tmpd / "result.json"),
+                   TRITONCOURSE_STAGE_FILE=str(tmpd / "stage.txt"), PYTHONUNBUFFERED="1",
+                   PYTHONDONTWRITEBYTECODE="1")
+        if device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        else:
+            env.pop("TRITON_INTERPRET", None)
+        cmd = [sys.executable, "-I", str(RUNNER), str(tmpd)]
+        if device == "cuda" and env.get("TRITONCOURSE_SANITIZER") == "1":
+            env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+            cmd = ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "86"] + cmd
+        start = time.monotonic()
+        with open(tmpd / "out.txt", "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                seconds = time.monotonic() - start
+                stage = _read(tmpd / "stage.txt")
+                return Outcome(False, "timeout",
+                               f"The test did not finish within {timeout:.0f} s and was stopped"
+                               f"{' while ' + stage if stage else ''}.\n"
+                               "Likely cause: a loop in your kernel never ends (check its bounds and step).",
+                               seed, seconds, title)
+        seconds = time.monotonic() - start
+        result = _read(tmpd / "result.json")
+        output = _read(tmpd / "out.txt")
+        if proc.returncode == 86:
+            return Outcome(False, "fail", "compute-sanitizer found invalid memory accesses:\n"
+                           + _tail(output, 2000) + "\nLikely cause: an unmasked tl.load or tl.store.",
+                           seed, seconds, title)
+        if proc.returncode < 0 or not result:
+            return Outcome(False, "crash", _crash_message(proc.returncode, _read(tmpd / "stage.txt"))
+                           + ("\nLast output:\n" + _tail(output, 1500) if output.strip() else ""),
+                           seed, seconds, title)
+        verdict = json.loads(result)
+        return Outcome(bool(verdict["ok"]) and proc.returncode == 0, verdict["kind"], verdict["message"],
+                       seed, seconds, title)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _tail(text: str, n: int) -> str:
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def run_cell(cell_source: str, kernels, plain, *, seed: int | None = None) -> Outcome | None:
+    """Run a ``%%kernel_test`` cell's test against ``kernels``; None if the cell is not a kernel test."""
+    parsed = parse_cell(cell_source)
+    if parsed is None:
+        return None
+    options, body = parsed
+    assembly = assemble(body, kernels, plain, PROVIDED)
+    return run_test(body, assembly, timeout=options["timeout"], seed=seed)
