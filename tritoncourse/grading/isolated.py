@@ -170,11 +170,12 @@ def _tail(text: str, n: int) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def run_cell(cell_source: str, kernels, plain, *, seed: int | None = None) -> Outcome | None:
+def run_cell(cell_source: str, kernels, plain, *, seed: int | None = None,
+             timeout_factor: float = 1.0) -> Outcome | None:
     """Run a ``%%kernel_test`` cell's test against ``kernels``; None if the cell is not a kernel test."""
     parsed = parse_cell(cell_source)
     if parsed is None:
         return None
     options, body = parsed
     assembly = assemble(body, kernels, plain, PROVIDED)
-    return run_test(body, assembly, timeout=options["timeout"], seed=seed)
+    return run_test(body, assembly, timeout=options["timeout"] * timeout_factor, seed=seed)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from nbclient.exceptions import DeadKernelError
 from nbformat.notebooknode import NotebookNode
-from traitlets import Bool
+from traitlets import Bool, Float, Integer
 
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from nbgrader.utils import is_grade, is_solution
@@ -63,21 +64,29 @@ class IsolatedKernelTests(NbGraderPreprocessor):
     """Replace the outputs of every ``%%kernel_test`` grade cell with a verdict from a fresh process."""
 
     enabled = Bool(True).tag(config=True)
+    workers = Integer(0, help="Tests run at once (0: one per CPU core).").tag(config=True)
+    timeout_factor = Float(1.0, help="Scales every test's time limit (slower or faster graders).").tag(config=True)
 
     def preprocess(self, nb, resources):
         kernels, plain = kernels_from_notebook(nb)
         died_at = resources.get("tritoncourse", {}).get("kernel_died_at")
-        verdicts = {}
+        tests = []
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code" or not is_grade(cell) or is_solution(cell):
                 continue
+            if parse_cell(cell.source) is not None:
+                tests.append((index, cell))
+            elif died_at is not None and index > died_at:
+                cell.outputs = [_error_output("NotRun", "This test was not run: the notebook's kernel "
+                                              "died in an earlier cell.")]
+        workers = self.workers or os.cpu_count() or 1
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            outcomes = list(pool.map(
+                lambda item: run_cell(item[1].source, kernels, plain, timeout_factor=self.timeout_factor),
+                tests))
+        verdicts = {}
+        for (index, cell), outcome in zip(tests, outcomes):
             grade_id = cell.metadata.nbgrader.get("grade_id", f"cell-{index}")
-            if parse_cell(cell.source) is None:
-                if died_at is not None and index > died_at:
-                    cell.outputs = [_error_output("NotRun", "This test was not run: the notebook's kernel "
-                                                  "died in an earlier cell.")]
-                continue
-            outcome = run_cell(cell.source, kernels, plain)
             self.log.info("%s: %s (%.1f s, seed %s)", grade_id, outcome.kind, outcome.seconds, outcome.seed)
             if outcome.ok:
                 cell.outputs = [_stdout(outcome.report())]

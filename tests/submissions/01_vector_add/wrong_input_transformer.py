@@ -1,0 +1,14 @@
+# A cheat: an input transformer turns every later cell (the tests) into 'pass'; the kernel is the stub.
+# expect-fail: test_vector_add_full_blocks test_vector_add_ragged_sizes test_vector_add_block_sizes test_vector_add_large test_vector_add_fp16
+# expect-message: not written yet
+@triton.jit
+def triton_vector_add_kernel(
+    x_ptr,
+    y_ptr,
+    output_ptr,
+    n_elements,
+    BLOCK_SIZE: tl.constexpr,
+):
+    raise NotImplementedError()
+# %% after-kernel
+get_ipython().input_transformers_post.append(lambda lines: ["pass\n"])

@@ -1,0 +1,13 @@
+# Reaches out of the kernel to patch the checker (the interpreter would run it as Python).
+# expect-fail: test_vector_add_full_blocks test_vector_add_ragged_sizes test_vector_add_block_sizes test_vector_add_large test_vector_add_fp16
+# expect-message: not allowed inside a Triton kernel
+@triton.jit
+def triton_vector_add_kernel(
+    x_ptr,
+    y_ptr,
+    output_ptr,
+    n_elements,
+    BLOCK_SIZE: tl.constexpr,
+):
+    checking = __import__("tritoncourse.checking").checking
+    checking.compare = lambda *a, **k: (True, "")

@@ -1,0 +1,16 @@
+# Copy-paste slip: x is loaded twice, y never.
+# expect-fail: test_vector_add_full_blocks test_vector_add_ragged_sizes test_vector_add_block_sizes test_vector_add_large test_vector_add_fp16
+# expect-message: did you load x twice
+@triton.jit
+def triton_vector_add_kernel(
+    x_ptr,
+    y_ptr,
+    output_ptr,
+    n_elements,
+    BLOCK_SIZE: tl.constexpr,
+):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(output_ptr + offsets, x + y, mask=mask)

@@ -1,0 +1,131 @@
+"""Real `nbgrader autograde` on every phase: the reference, the untouched release, and a folder of wrong,
+cheating and correct-but-different submissions per phase (tests/submissions/<assignment>/).
+
+Each phase is graded once (all its submissions, one gradebook); the tests then ask the gradebook and the
+autograded notebooks questions.
+"""
+from __future__ import annotations
+
+import pytest
+
+from course import SUBMISSIONS, Course, fixtures, test_cells
+
+ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
+# Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct
+# test of any phase takes a few seconds here, far below the scaled limits).
+FLAGS = ("--IsolatedKernelTests.timeout_factor=0.5", "--ResilientExecute.timeout=60")
+
+
+def _kernel_tests(nb) -> list[str]:
+    return [c.metadata.nbgrader["grade_id"] for c in nb.cells
+            if c.get("metadata", {}).get("nbgrader", {}).get("grade") and c.cell_type == "code"
+            and not c.metadata.nbgrader.get("solution") and c.source.lstrip().startswith("%%kernel_test")]
+
+
+class Graded:
+    def __init__(self, course: Course, assignment: str, proc):
+        self.course, self.assignment, self.proc = course, assignment, proc
+        self.tests = test_cells(course.source_notebook(assignment))
+        self.kernel_tests = _kernel_tests(course.source_notebook(assignment))
+
+    def scores(self, student):
+        return self.course.scores(self.assignment, student)
+
+    def feedback(self, student):
+        return self.course.feedback_text(self.assignment, student)
+
+
+_cache: dict[str, Graded] = {}
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    def grade(assignment: str) -> Graded:
+        if assignment not in _cache:
+            course = Course(tmp_path_factory.mktemp(assignment), [assignment])
+            release = course.release_notebook(assignment)
+            source = course.source_notebook(assignment)
+            course.submit("reference", assignment, source)
+            course.submit("untouched", assignment, release)
+            # Learners who deleted every test cell, or replaced their code with `pass`.
+            deleted = source.copy()
+            deleted.cells = [c for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") is not True
+                             or c.metadata.nbgrader.get("solution")]
+            course.submit("tests_deleted", assignment, deleted)
+            edited = course.release_notebook(assignment)
+            for c in edited.cells:
+                if c.get("metadata", {}).get("nbgrader", {}).get("locked") and c.cell_type == "code" \
+                        and c.metadata.nbgrader.get("grade"):
+                    c.source = "pass"
+            course.submit("tests_edited", assignment, edited)
+            course.submit("not_json", assignment, "{ this is not a notebook")
+            for fx in fixtures(assignment):
+                course.submit(fx.name, assignment, fx.notebook(release))
+            proc = course.autograde(assignment, *FLAGS)
+            _cache[assignment] = Graded(course, assignment, proc)
+        return _cache[assignment]
+
+    return grade
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_reference_gets_full_marks(graded, assignment):
+    """Does the instructor's own solution score every autograded point?"""
+    g = graded(assignment)
+    scores = g.scores("reference")
+    assert g.kernel_tests, "the notebook has no %%kernel_test cells"
+    missing = {t: s for t, s in scores.items() if t in g.tests and s == 0}
+    assert not missing, f"reference lost points: {missing}\n{g.feedback('reference')}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_untouched_release_scores_zero(graded, assignment):
+    """Does the untouched release score 0 on every kernel test?"""
+    g = graded(assignment)
+    scores = g.scores("untouched")
+    assert all(scores[t] == 0 for t in g.kernel_tests), scores
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_deleted_or_edited_tests_are_restored(graded, assignment):
+    """Are deleted test cells restored and graded, and edited ones restored (the edit gains nothing)?"""
+    g = graded(assignment)
+    restored = g.scores("tests_deleted")
+    assert all(restored.get(t) and restored[t] > 0 for t in g.tests), restored
+    edited = g.scores("tests_edited")  # the release's stubs, with every test cell replaced by `pass`
+    assert all(edited[t] == 0 for t in g.kernel_tests), edited
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_broken_submission_does_not_stop_the_others(graded, assignment):
+    """A file that is not a notebook fails alone; every other learner is graded."""
+    g = graded(assignment)
+    assert "not_json" in g.proc.stdout + g.proc.stderr
+    assert g.scores("reference")
+
+
+def _fixture_params():
+    return [pytest.param(a, fx, id=f"{a}/{fx.name}") for a in ASSIGNMENTS for fx in fixtures(a)]
+
+
+@pytest.mark.parametrize("assignment,fixture", _fixture_params())
+def test_submission_is_judged_right(graded, assignment, fixture):
+    """Does each known-wrong submission lose exactly its tests' points, with a message naming the cause,
+    and does each correct-but-different one get full marks?"""
+    g = graded(assignment)
+    scores = g.scores(fixture.name)
+    feedback = g.feedback(fixture.name)
+    if fixture.all_pass:
+        lost = {t: scores[t] for t in g.tests if scores[t] == 0}
+        assert not lost, f"a correct kernel lost points: {lost}\n" + "\n".join(feedback[t] for t in lost)
+        return
+    unknown = fixture.expect_fail - set(g.tests)
+    assert not unknown, f"fixture names unknown tests {unknown}"
+    for t in g.tests:
+        if t in fixture.expect_fail:
+            assert scores[t] == 0, f"{t} should fail but scored {scores[t]}:\n{feedback[t]}"
+        else:
+            assert scores[t] > 0, f"{t} should pass (the mistake costs only its own tests):\n{feedback[t]}"
+    first = next(t for t in g.tests if t in fixture.expect_fail)
+    assert fixture.expect_message.lower() in feedback[first].lower(), feedback[first]
+    assert "seed" in feedback[first]
