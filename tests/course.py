@@ -20,8 +20,8 @@ BIN = Path(sys.executable).parent
 def nbgrader(*args: str, cwd: Path, check: bool = True, timeout: float = 3000) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("TRITONCOURSE_SEED", None)
-    proc = subprocess.run([str(BIN / "nbgrader"), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"nbgrader {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n"
                              f"{proc.stderr[-8000:]}")

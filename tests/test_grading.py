@@ -6,6 +6,9 @@ autograded notebooks questions.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from course import SUBMISSIONS, Course, fixtures, test_cells
@@ -22,17 +25,23 @@ def _kernel_tests(nb) -> list[str]:
             and not c.metadata.nbgrader.get("solution") and c.source.lstrip().startswith("%%kernel_test")]
 
 
+# Submissions are split over a few course copies (each its own gradebook) graded at the same time.
+SHARDS = max(2, min(4, os.cpu_count() or 1))
+
+
 class Graded:
-    def __init__(self, course: Course, assignment: str, proc):
-        self.course, self.assignment, self.proc = course, assignment, proc
-        self.tests = test_cells(course.source_notebook(assignment))
-        self.kernel_tests = _kernel_tests(course.source_notebook(assignment))
+    def __init__(self, courses: dict[str, Course], assignment: str, procs):
+        self.courses, self.assignment, self.procs = courses, assignment, procs
+        any_course = next(iter(courses.values()))
+        self.tests = test_cells(any_course.source_notebook(assignment))
+        self.kernel_tests = _kernel_tests(any_course.source_notebook(assignment))
+        self.log = "\n".join(p.stdout + p.stderr for p in procs)
 
     def scores(self, student):
-        return self.course.scores(self.assignment, student)
+        return self.courses[student].scores(self.assignment, student)
 
     def feedback(self, student):
-        return self.course.feedback_text(self.assignment, student)
+        return self.courses[student].feedback_text(self.assignment, student)
 
 
 _cache: dict[str, Graded] = {}
@@ -42,27 +51,34 @@ _cache: dict[str, Graded] = {}
 def graded(tmp_path_factory):
     def grade(assignment: str) -> Graded:
         if assignment not in _cache:
-            course = Course(tmp_path_factory.mktemp(assignment), [assignment])
-            release = course.release_notebook(assignment)
-            source = course.source_notebook(assignment)
-            course.submit("reference", assignment, source)
-            course.submit("untouched", assignment, release)
+            shards = [Course(tmp_path_factory.mktemp(f"{assignment}-{i}"), [assignment]) for i in range(SHARDS)]
+            courses: dict[str, Course] = {}
+
+            def submit(student, nb):
+                courses[student] = shards[len(courses) % SHARDS]
+                courses[student].submit(student, assignment, nb)
+
+            release = shards[0].release_notebook(assignment)
+            source = shards[0].source_notebook(assignment)
+            submit("reference", source)
+            submit("untouched", release)
             # Learners who deleted every test cell, or replaced their code with `pass`.
             deleted = source.copy()
             deleted.cells = [c for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") is not True
                              or c.metadata.nbgrader.get("solution")]
-            course.submit("tests_deleted", assignment, deleted)
-            edited = course.release_notebook(assignment)
+            submit("tests_deleted", deleted)
+            edited = shards[0].release_notebook(assignment)
             for c in edited.cells:
                 if c.get("metadata", {}).get("nbgrader", {}).get("locked") and c.cell_type == "code" \
                         and c.metadata.nbgrader.get("grade"):
                     c.source = "pass"
-            course.submit("tests_edited", assignment, edited)
-            course.submit("not_json", assignment, "{ this is not a notebook")
+            submit("tests_edited", edited)
+            submit("not_json", "{ this is not a notebook")
             for fx in fixtures(assignment):
-                course.submit(fx.name, assignment, fx.notebook(release))
-            proc = course.autograde(assignment, *FLAGS)
-            _cache[assignment] = Graded(course, assignment, proc)
+                submit(fx.name, fx.notebook(release))
+            with ThreadPoolExecutor(SHARDS) as pool:
+                procs = list(pool.map(lambda c: c.autograde(assignment, *FLAGS), shards))
+            _cache[assignment] = Graded(courses, assignment, procs)
         return _cache[assignment]
 
     return grade
@@ -100,7 +116,7 @@ def test_deleted_or_edited_tests_are_restored(graded, assignment):
 def test_a_broken_submission_does_not_stop_the_others(graded, assignment):
     """A file that is not a notebook fails alone; every other learner is graded."""
     g = graded(assignment)
-    assert "not_json" in g.proc.stdout + g.proc.stderr
+    assert "not_json" in g.log
     assert g.scores("reference")
 
 

@@ -172,5 +172,22 @@ class Fenced:
 
 
 def fence_supported(device: str) -> bool:
-    """Fences catch stray reads only on the interpreter (CPU tensors); GPU memory has no such pages."""
-    return device == "cpu"
+    """Can a stray read be caught here? On the interpreter with Fenced tensors; on a GPU only under
+    compute-sanitizer (the test runner sets TRITONCOURSE_SANITIZER=1 there)."""
+    return device == "cpu" or os.environ.get("TRITONCOURSE_SANITIZER") == "1"
+
+
+def fenced_copy(t: torch.Tensor, side: str = "end"):
+    """A copy of ``t`` whose memory ends (side='end') or starts where readable memory does.
+
+    On the CPU a :class:`Fenced` tensor (keep the returned object alive while the kernel runs); on a
+    GPU under compute-sanitizer a tensor of its own exact allocation, which memcheck fences.
+    Returns (tensor, keepalive).
+    """
+    if t.device.type == "cpu":
+        f = Fenced(t.numel(), t.dtype, side)
+        f.tensor.copy_(t.reshape(-1))
+        return f.tensor.view(t.shape), f
+    exact = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    exact.copy_(t)
+    return exact, None

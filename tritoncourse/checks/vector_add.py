@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..checking import (Fenced, KernelCheckError, compare, fence_supported, fresh_seed, generator,
+from ..checking import (KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed, generator,
                         guarded_copy, guarded_empty, stage)
 from ..device import infer_device
 from . import launch, require_triton_kernel
@@ -103,14 +103,12 @@ def check_vector_add(kernel, n: int, block_size: int, dtype: torch.dtype = torch
 
     if fence_supported(device):
         for side in ("end", "start"):
-            fx, fy = Fenced(n, dtype, side), Fenced(n, dtype, side)
-            fx.tensor.copy_(x)
-            fy.tensor.copy_(y)
+            (fx, keep_x), (fy, keep_y) = fenced_copy(x.to(device), side), fenced_copy(y.to(device), side)
             out = guarded_empty((n,), dtype, device)
             where = "end exactly where" if side == "end" else "start exactly where"
-            stage(f"FENCE-READ: running `{NAME}` on x and y that {where} an unreadable page begins "
+            stage(f"FENCE-READ: running `{NAME}` on x and y that {where} unreadable memory begins "
                   f"({context})")
-            run_vector_add(kernel, fx.tensor, fy.tensor, out.view, block_size, context=context, device=device)
+            run_vector_add(kernel, fx, fy, out.view, block_size, context=context, device=device)
             ok, msg = compare(out.view, expected)
             if not ok:
                 raise KernelCheckError(f"Wrong values on the second run ({context}).\n{msg}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,11 +94,19 @@ def _crash_message(returncode: int, stage: str) -> str:
     msg = f"Your kernel crashed the checking process with {what}"
     if stage.startswith("FENCE-READ"):
         return (f"{msg} while {stage[len('FENCE-READ: '):]}.\n"
-                "Likely cause: a tl.load reads past the end (or before the start) of an input. "
-                "Every lane must be masked (offsets < n_elements), even lanes whose values you never store.")
+                "Likely cause: an unmasked load: a tl.load reads past the end (or before the start) of an "
+                "input. Every lane must be masked (offsets < n_elements), even lanes whose values you never store.")
     msg += f" while {stage}." if stage else "."
     return (f"{msg}\nLikely cause: a load or store outside a tensor (on the interpreter this reads or writes "
             "host memory); check that every tl.load and tl.store is masked.")
+
+
+def sanitizer_enabled(env=os.environ) -> bool:
+    """On a GPU, tests run under compute-sanitizer (memcheck) when it is installed, unless
+    TRITONCOURSE_SANITIZER=0: it is the GPU's fence, the only way to see an unmasked load whose
+    values are never stored."""
+    setting = env.get("TRITONCOURSE_SANITIZER", "auto")
+    return setting != "0" and shutil.which("compute-sanitizer") is not None
 
 
 def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
@@ -124,9 +133,9 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
         else:
             env.pop("TRITON_INTERPRET", None)
         cmd = [sys.executable, "-I", str(RUNNER), str(tmpd)]
-        if device == "cuda" and env.get("TRITONCOURSE_SANITIZER") == "1":
-            env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-            cmd = ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "86"] + cmd
+        if device == "cuda" and sanitizer_enabled(env):
+            env.update(PYTORCH_NO_CUDA_MEMORY_CACHING="1", TRITONCOURSE_SANITIZER="1")
+            cmd = [shutil.which("compute-sanitizer"), "--tool", "memcheck", "--error-exitcode", "86"] + cmd
         start = time.monotonic()
         with open(tmpd / "out.txt", "wb") as out:
             proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=out,
@@ -148,7 +157,8 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
         output = _read(tmpd / "out.txt")
         if proc.returncode == 86:
             return Outcome(False, "fail", "compute-sanitizer found invalid memory accesses:\n"
-                           + _tail(output, 2000) + "\nLikely cause: an unmasked tl.load or tl.store.",
+                           + _tail(output, 2000) + "\nLikely cause: an unmasked load or store (a tl.load or "
+                           "tl.store without a mask, or with a mask that lets lanes past the end through).",
                            seed, seconds, title)
         if proc.returncode < 0 or not result:
             return Outcome(False, "crash", _crash_message(proc.returncode, _read(tmpd / "stage.txt"))

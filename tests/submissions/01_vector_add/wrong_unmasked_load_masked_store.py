@@ -1,6 +1,6 @@
 # Unmasked loads, masked store: no stray value is ever stored, so only the fence can see it.
 # expect-fail: test_vector_add_ragged_sizes test_vector_add_block_sizes test_vector_add_large test_vector_add_fp16
-# expect-message: reads past the end
+# expect-message: unmasked load
 @triton.jit
 def triton_vector_add_kernel(
     x_ptr,

@@ -1,0 +1,50 @@
+"""release/ is generated from source/ by nbgrader and committed: regenerating it must change nothing.
+Notebooks are committed without outputs, and the release holds no solutions and no hidden tests."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from course import ROOT, Course
+
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "source").iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    return Course(tmp_path_factory.mktemp("release"), ASSIGNMENTS)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_is_regenerated_without_diff(regenerated, assignment):
+    """Does `nbgrader generate_assignment` reproduce the committed release/ exactly?"""
+    name = f"{assignment}.ipynb"
+    fresh = json.loads((regenerated.path / "release" / assignment / name).read_text())
+    committed = json.loads((ROOT / "release" / assignment / name).read_text())
+    assert fresh == committed, f"release/{assignment} is stale: run `make release` and commit it"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_hides_solutions_and_hidden_tests(assignment):
+    text = (ROOT / "release" / assignment / f"{assignment}.ipynb").read_text()
+    for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "Model answer", "Rubric"):
+        assert marker not in text, f"release/{assignment} contains '{marker}'"
+
+
+def test_notebooks_are_committed_without_outputs():
+    files = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert files, "no notebooks tracked"
+    dirty = []
+    for f in files:
+        nb = json.loads((ROOT / f).read_text())
+        if any(c.get("outputs") or c.get("execution_count") for c in nb["cells"]):
+            dirty.append(f)
+    assert not dirty, f"notebooks committed with outputs: {dirty}"
+
+
+def test_every_source_assignment_is_released_and_listed_in_the_makefile():
+    makefile = (ROOT / "Makefile").read_text()
+    for a in ASSIGNMENTS:
+        assert (ROOT / "release" / a / f"{a}.ipynb").exists(), a
+        assert a in makefile, f"{a} missing from ASSIGNMENTS in the Makefile"
