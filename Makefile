@@ -65,3 +65,7 @@ check: venv
 reset: venv
 	@test -n "$(PHASE)" || { echo "usage: make reset PHASE=01_vector_add"; exit 2; }
 	$(PY) -m tritoncourse reset $(PHASE)
+
+# On a machine with an NVIDIA GPU: every notebook compiled on the GPU, grading, benchmarks -> results/.
+gpu-check: venv
+	$(PY) tools/gpu_check.py

@@ -133,7 +133,7 @@ def fixtures(assignment: str) -> list[Fixture]:
     return [Fixture.load(p) for p in sorted((SUBMISSIONS / assignment).glob("*.py"))]
 
 
-def test_cells(nb: nbformat.NotebookNode) -> list[str]:
+def graded_test_ids(nb: nbformat.NotebookNode) -> list[str]:
     """grade_ids of the autograded test cells."""
     return [c.metadata.nbgrader["grade_id"] for c in nb.cells
             if c.get("metadata", {}).get("nbgrader", {}).get("grade")

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from course import SUBMISSIONS, Course, fixtures, test_cells
+from course import SUBMISSIONS, Course, fixtures, graded_test_ids
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct
@@ -33,7 +33,7 @@ class Graded:
     def __init__(self, courses: dict[str, Course], assignment: str, procs):
         self.courses, self.assignment, self.procs = courses, assignment, procs
         any_course = next(iter(courses.values()))
-        self.tests = test_cells(any_course.source_notebook(assignment))
+        self.tests = graded_test_ids(any_course.source_notebook(assignment))
         self.kernel_tests = _kernel_tests(any_course.source_notebook(assignment))
         self.log = "\n".join(p.stdout + p.stderr for p in procs)
 

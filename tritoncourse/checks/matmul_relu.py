@@ -356,7 +356,8 @@ def check_matmul_relu(kernel, M: int, N: int, K: int, block_m: int = 32, block_n
             b2 = fb[0] if fb is not None else gb_view
             c2, _ = _place_output(M, N, layout_c, pad, device)
             stage(f"FENCE-READ: running `{NAME}` on A and B that end exactly where an unreadable page "
-                  f"begins ({context}); a load of rows past M, columns past N or k >= K")
+                  f"begins ({context}): any unmasked load of a row of A >= M, a column of B >= N or a k >= K "
+                  "crashes here")
             run_matmul_relu(kernel, a2, b2, c2, block_m, block_n, block_k, context=context, device=device)
             ok, msg = compare(c2, expected, atol=atol, rtol=rtol, name="C")
             if not ok:
