@@ -41,11 +41,41 @@ def test_solution_cell_wins_over_a_later_scratch_cell():
 
 
 def test_missing_or_plain_function_is_reported():
-    kernels, plain = kernels_from_notebook(_nb(("def triton_k(x):\n    return x\n", True)))
-    asm = assemble("triton_k", kernels, plain, PROVIDED)
+    """A `triton_<op>_kernel` must be a @triton.jit function; a missing name is named."""
+    kernels, plain = kernels_from_notebook(_nb(("def triton_k_kernel(x):\n    return x\n", True)))
+    asm = assemble("triton_k_kernel", kernels, plain, PROVIDED)
     assert "without @triton.jit" in asm.problems[0]
-    asm = assemble("triton_other", kernels, plain, PROVIDED)
-    assert "no @triton.jit function named `triton_other`" in asm.problems[0]
+    asm = assemble("triton_other_kernel", kernels, plain, PROVIDED)
+    assert "no @triton.jit function named `triton_other_kernel`" in asm.problems[0]
+
+
+def test_plain_functions_and_configs_come_from_solution_cells_only():
+    """Graded Python functions and autotune configs are taken from solution cells, linted, in order."""
+    sol = ("CONFIGS = [triton.Config({'BLOCK': b}, num_warps=w) for b in (64, 128) for w in (1, 2)]\n"
+           "@triton.autotune(configs=CONFIGS, key=['n'])\n" + KERNEL.replace("_helper(offs)", "offs") +
+           "def gbps(n_bytes, ms):\n    return n_bytes / (ms * 1e-3) / 1e9\n")
+    kernels, plain = kernels_from_notebook(_nb((sol, True), ("def scratch(x):\n    return x\n", False)))
+    assert kernels["CONFIGS"].kind == "value" and kernels["gbps"].kind == "function"
+    assert "scratch" not in kernels
+    asm = assemble("check(triton_k, gbps)", kernels, plain, PROVIDED | {"check"})
+    assert asm.problems == [] and asm.kernels.index("CONFIGS") < asm.kernels.index("triton_k")
+    assert "scratch" in assemble("scratch", kernels, plain, PROVIDED).problems[0]
+
+
+def test_lint_rejects_tampering_plain_functions_and_configs():
+    bad = {
+        "def f():\n    import os\n": "Import",
+        "def f():\n    torch.allclose = None\n": "assigning to `torch.allclose`",
+        "def f():\n    return open('x')\n": "builtin `open`",
+        "def f():\n    return torch.__dict__\n": "__dict__",
+    }
+    for src, expected in bad.items():
+        kernels, plain = kernels_from_notebook(_nb((src, True)))
+        problems = assemble("f", kernels, plain, PROVIDED).problems
+        assert problems and expected in problems[0], (src, problems)
+    tampering = "CONFIGS = __import__('os').system('true')\n"
+    kernels, plain = kernels_from_notebook(_nb((tampering, True)))
+    assert "CONFIGS" not in kernels
 
 
 def test_lint_rejects_escapes_from_the_kernel():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..checking import (OUTPUT_SENTINEL, Fenced, Guarded, KernelCheckError, compare, fence_supported,
+from ..checking import (OUTPUT_SENTINEL, Guarded, KernelCheckError, compare, fence_supported, fenced_copy,
                         fresh_seed, generator, guarded_copy, guarded_empty, stage)
 from ..device import infer_device
 from . import launch, require_triton_kernel
@@ -154,19 +154,17 @@ def _place_output(M: int, N: int, layout: str, pad: int, device: str) -> tuple[t
     return view, g
 
 
-def _fenced(t: torch.Tensor, layout: str) -> tuple[torch.Tensor, Fenced] | None:
-    """``t`` stored compactly in ``layout``, ending exactly where an unreadable page begins."""
-    rows, cols = t.shape
+def _fenced(t: torch.Tensor, layout: str, device: str):
+    """``t`` stored compactly in ``layout``, ending exactly where readable memory ends: on the CPU an
+    unreadable page follows it, on a GPU (under compute-sanitizer) the end of its own allocation.
+    Returns (matrix view, keep-alive object), or None for layouts with gaps between rows."""
     if layout == "contiguous":
-        f = Fenced(rows * cols, torch.float16, "end")
-        view = f.tensor.view(rows, cols)
-    elif layout == "transposed":
-        f = Fenced(rows * cols, torch.float16, "end")
-        view = f.tensor.view(cols, rows).t()
-    else:  # padded: the guard already sits between the rows
-        return None
-    view.copy_(t)
-    return view, f
+        view, keep = fenced_copy(t.to(device), "end")
+        return view, keep
+    if layout == "transposed":
+        view, keep = fenced_copy(t.t().contiguous().to(device), "end")
+        return view.t(), keep
+    return None  # padded: the guard already sits between the rows
 
 
 def _where(flat_or_rc: tuple[int, ...], layout: str, shape: tuple[int, int]) -> str:
@@ -223,12 +221,51 @@ def _stride_hint(a, b, c, layouts: tuple[str, str, str]) -> str:
             "(not K or N as row lengths, and each matrix with its own strides).")
 
 
+def _read_as(view: torch.Tensor, base: torch.Tensor, strides: tuple[int, int]) -> torch.Tensor:
+    """What a kernel reads for ``view``'s elements when it addresses them with ``strides`` instead of the
+    view's own: read from the guard buffer ``base`` (NaN outside it), as fp32 on the CPU."""
+    flat = base.detach().reshape(-1).float().cpu()
+    start = view.storage_offset() - base.storage_offset()
+    rows, cols = view.shape
+    idx = start + torch.arange(rows)[:, None] * strides[0] + torch.arange(cols)[None, :] * strides[1]
+    inside = (idx >= 0) & (idx < flat.numel())
+    values = torch.full((rows, cols), float("nan"))
+    values[inside] = flat[idx[inside]]
+    return values
+
+
+def _stride_mixup(out: torch.Tensor, views, bases) -> str:
+    """Name a stride mix-up whose result matches ``out`` (the loads' addressing only), or ''."""
+    a, b, _ = views
+    ga, gb = bases
+    M, K = a.shape
+    N = b.shape[1]
+    sa, sb = tuple(a.stride()), tuple(b.stride())
+    candidates = [
+        ((K, 1), (N, 1), "A and B are addressed as if their rows were K and N elements apart (m * K + k, "
+         "k * N + n) instead of with the stride arguments"),
+        (sb, sa, "A is addressed with B's strides and B with A's (stride_bk, stride_bn for A)"),
+        ((sa[1], sa[0]), sb, "stride_am and stride_ak are swapped: A[m, k] is at a_ptr + m * stride_am + "
+         "k * stride_ak"),
+        (sa, (sb[1], sb[0]), "stride_bk and stride_bn are swapped: B[k, n] is at b_ptr + k * stride_bk + "
+         "n * stride_bn"),
+    ]
+    for strides_a, strides_b, words in candidates:
+        if (strides_a, strides_b) == (sa, sb):
+            continue
+        simulated = torch.relu(_read_as(a, ga, strides_a) @ _read_as(b, gb, strides_b))
+        if _close(out, simulated):
+            return f"a stride mix-up: {words}."
+    return ""
+
+
 def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int,
-             block_k: int, views=None, layouts=("contiguous",) * 3) -> str:
+             block_k: int, views=None, layouts=("contiguous",) * 3, bases=None) -> str:
     """Guess the likely cause of wrong values, in a learner's words.
 
     ``out`` is C as the kernel left it (UNWRITTEN where it never stored); the candidates are what
-    known mistakes produce on the same inputs.
+    known mistakes produce on the same inputs. ``views`` (A, B, C as launched) and ``bases`` (the guard
+    buffers of A and B) let it recognise stride mix-ups.
     """
     out = out.detach().cpu().float()
     a, b = a.cpu(), b.cpu()
@@ -249,6 +286,10 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
                 "program store its whole BLOCK_M x BLOCK_N tile, at rows pid_m * BLOCK_M + "
                 "tl.arange(0, BLOCK_M) and columns pid_n * BLOCK_N + tl.arange(0, BLOCK_N), with the store "
                 "mask (rows < M) & (columns < N)?")
+    if views is not None and bases is not None:
+        mixup = _stride_mixup(out, views, bases)
+        if mixup:
+            return mixup
     nan = torch.isnan(out)
     if nan.any():
         r, c = nan.nonzero()[0].tolist()
@@ -257,6 +298,8 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
                     f"of BLOCK_K = {block_k}). The memory around A and B holds NaN in this test and "
                     "0 * NaN = NaN, so masking only one of the two loads is not enough: mask both A's and "
                     "B's loads with their k index < K (other=0.0).")
+        if views is not None and any(lay != "contiguous" for lay in layouts):
+            return f"C[{r}, {c}] is NaN, " + _stride_hint(*views, layouts)
         return (f"C[{r}, {c}] is NaN: the kernel read outside A or B (the memory around them holds NaN in "
                 "this test). Check the load masks and that A and B are addressed with their own strides.")
     lin = _linear(a, b)
@@ -346,17 +389,18 @@ def check_matmul_relu(kernel, M: int, N: int, K: int, block_m: int = 32, block_n
     atol, rtol, _ = TOLERANCE
     ok, msg = compare(c_view, expected, atol=atol, rtol=rtol, name="C")
     if not ok:
-        cause = diagnose(c_view, a, b, block_m, block_n, block_k, (ga_view, gb_view, c_view), layouts)
+        cause = diagnose(c_view, a, b, block_m, block_n, block_k, (ga_view, gb_view, c_view), layouts,
+                         (ga.buffer, gb.buffer))
         raise KernelCheckError(f"Wrong values ({context}).\n{msg}\nLikely cause: {cause}")
 
     if fence_supported(device):
-        fa, fb = _fenced(a, layout_a), _fenced(b, layout_b)
+        fa, fb = _fenced(a, layout_a, device), _fenced(b, layout_b, device)
         if fa is not None or fb is not None:
             a2 = fa[0] if fa is not None else ga_view
             b2 = fb[0] if fb is not None else gb_view
             c2, _ = _place_output(M, N, layout_c, pad, device)
-            stage(f"FENCE-READ: running `{NAME}` on A and B that end exactly where an unreadable page "
-                  f"begins ({context}): any unmasked load of a row of A >= M, a column of B >= N or a k >= K "
+            stage(f"FENCE-READ: running `{NAME}` on A and B that end exactly where readable memory ends "
+                  f"({context}): any unmasked load of a row of A >= M, a column of B >= N or a k >= K "
                   "crashes here")
             run_matmul_relu(kernel, a2, b2, c2, block_m, block_n, block_k, context=context, device=device)
             ok, msg = compare(c2, expected, atol=atol, rtol=rtol, name="C")

@@ -1,7 +1,7 @@
 """The ``%%kernel_test`` cell magic: a test cell that runs in a fresh process.
 
-In the learner's notebook the magic takes the kernels from the notebook's namespace (the cells as
-last run) and runs the cell's test against them in a fresh process: a crash or an endless loop in a
+In the learner's notebook the magic takes the kernels from the session's input history (the cells as
+last run, parsed the way the grader parses the saved file) and runs the cell's test against them in a fresh process: a crash or an endless loop in a
 kernel never takes the notebook down. During ``nbgrader autograde`` it does nothing: the course's
 preprocessor runs the same test outside the notebook, on the kernels of the submitted file.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from .isolated import MAGIC, run_cell
-from .source import kernels_from_namespace
+from .source import kernels_from_history
 
 
 class KernelTestFailed(Exception):
@@ -26,7 +26,8 @@ def kernel_test(line: str, cell: str) -> None:
         return
     from IPython import get_ipython
 
-    kernels, plain = kernels_from_namespace(get_ipython().user_ns)
+    # The definitions as last run: the session's raw input history, oldest first.
+    kernels, plain = kernels_from_history(get_ipython().history_manager.input_hist_raw)
     outcome = run_cell(f"{MAGIC} {line}\n{cell}", kernels, plain)
     if outcome.ok:
         print(outcome.report())

@@ -1,0 +1,310 @@
+"""The learner's path in a real browser: JupyterLab from .venv on the CPU, driven by Playwright and
+Debian's headless Chromium.
+
+A temporary course holds notebooks/01_vector_add.ipynb, made from release/ (what the learner gets) with
+the reference kernel of source/ typed into its solution cell (what a learner who solved it has). The
+test opens it, runs all cells, moves the BLOCK_SIZE widget and sees the picture change, presses
+nbgrader's Validate button, and saves a screenshot of each step to tests/artifacts/browser/. It fails on
+any JavaScript error, on a traceback in a cell, and on a missing widget.
+
+Needs Debian's ``chromium`` and PyPI's ``playwright`` (requirements/test.txt); ``tools/install-ci-deps.sh``
+installs both. Playwright never downloads a browser here. TRITONCOURSE_SKIP_BROWSER=1 skips the test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RELEASE = ROOT / "release"
+SOURCE = ROOT / "source"
+ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
+PHASE = "01_vector_add"
+CHROMIUM = os.environ.get("TRITONCOURSE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+# The learner's JupyterLab (docker/Dockerfile does the same): the instructor's nbgrader extensions off.
+INSTRUCTOR_EXTENSIONS = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                         "@jupyter/nbgrader:course-list", "@jupyter/nbgrader:assignment-list"]
+INSTRUCTOR_SERVER_EXTENSIONS = ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list",
+                                "nbgrader.server_extensions.assignment_list"]
+# Settings a learner's first start would otherwise interrupt with a question (news) or that make
+# cells off screen absent from the page (windowing).
+USER_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                        "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+}
+RUN_ALL_TIMEOUT_S = 300
+VALIDATE_TIMEOUT_S = 300
+
+pytestmark = pytest.mark.slow
+
+
+def _requirements_or_fail():
+    """Skip when asked to; otherwise fail, saying how to install what is missing."""
+    if os.environ.get("TRITONCOURSE_SKIP_BROWSER") == "1":
+        pytest.skip("TRITONCOURSE_SKIP_BROWSER=1")
+    missing = []
+    if not (Path(CHROMIUM).exists() and os.access(CHROMIUM, os.X_OK)):
+        missing.append(f"Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (pip install -r requirements/test.txt)")
+    if missing:
+        pytest.fail("The browser test needs " + " and ".join(missing) + ". `bash tools/install-ci-deps.sh` "
+                    "installs both; set TRITONCOURSE_SKIP_BROWSER=1 to skip this test.", pytrace=False)
+
+
+def _strip_solution_markers(source: str) -> str:
+    return "\n".join(line for line in source.splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def learner_notebook(phase: str, release: Path = RELEASE, source: Path = SOURCE) -> nbformat.NotebookNode:
+    """The released notebook with every code solution cell replaced by the source's solution."""
+    nb = nbformat.read(release / phase / f"{phase}.ipynb", as_version=4)
+    ref = nbformat.read(source / phase / f"{phase}.ipynb", as_version=4)
+    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in ref.cells
+                 if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    replaced = 0
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("solution") and meta.get("grade_id") in solutions:
+            cell.source = _strip_solution_markers(solutions[meta["grade_id"]])
+            replaced += 1
+    assert replaced, f"release/{phase} has no solution cell matching source/{phase}"
+    return nb
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _make_course(tmp: Path) -> Path:
+    """A throw-away course: nbgrader_config.py (Validate reads it from the server's working directory,
+    as in the container) and notebooks/ with the learner's notebook; its own Jupyter settings."""
+    course = tmp / "course"
+    (course / "notebooks").mkdir(parents=True)
+    shutil.copy2(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    nbformat.write(learner_notebook(PHASE), course / "notebooks" / f"{PHASE}.ipynb")
+    config = tmp / "jupyter-config"
+    (config / "labconfig").mkdir(parents=True)
+    (config / "labconfig" / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {name: True for name in INSTRUCTOR_EXTENSIONS}}))
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps({"ServerApp": {"jpserver_extensions": {name: False for name in INSTRUCTOR_SERVER_EXTENSIONS}}}))
+    for rel, settings in USER_SETTINGS.items():
+        path = config / "lab" / "user-settings" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings))
+    return course
+
+
+class JupyterLab:
+    """``jupyter lab`` from this interpreter's environment, on 127.0.0.1, a free port and a token."""
+
+    def __init__(self, course: Path, tmp: Path):
+        self.port = _free_port()
+        self.token = secrets.token_hex(16)
+        self.log_path = tmp / "jupyterlab.log"
+        bin_dir = Path(sys.executable).parent
+        env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                   JUPYTER_CONFIG_DIR=str(tmp / "jupyter-config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+                   JUPYTER_DATA_DIR=str(tmp / "jupyter-data"), IPYTHONDIR=str(tmp / "ipython"),
+                   MPLCONFIGDIR=str(tmp / "matplotlib"), TRITON_INTERPRET="1")
+        env.pop("TRITONCOURSE_SEED", None)
+        env.pop("NBGRADER_EXECUTION", None)
+        cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+               "--port-retries=0", f"--IdentityProvider.token={self.token}",
+               f"--ServerApp.root_dir={course / 'notebooks'}",
+               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+        if os.geteuid() == 0:  # CI runs as root
+            cmd.append("--allow-root")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, cwd=course, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def api(self, path: str):
+        req = urllib.request.Request(f"{self.base}{path}", headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"jupyter lab exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                self.api("/api/status")
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError(f"jupyter lab did not answer within {timeout:.0f} s:\n{self.log()}")
+
+    def wait_kernel_idle(self, timeout: float = 120) -> None:
+        """Until the notebook's kernel has started and is idle."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = [s["kernel"]["execution_state"] for s in self.api("/api/sessions") if s.get("kernel")]
+            if states and all(state == "idle" for state in states):
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"the kernel was not idle within {timeout:.0f} s:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def lab(tmp_path):
+    _requirements_or_fail()
+    course = _make_course(tmp_path)
+    server = JupyterLab(course, tmp_path)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def _cell_texts(page, selector: str) -> list[str]:
+    return page.locator(selector).all_inner_texts()
+
+
+def test_learner_runs_notebook_moves_widget_and_validates(lab):
+    """Does a learner who solved phase 1 see it run, the picture follow the widget, and Validate pass?"""
+    from playwright.sync_api import expect, sync_playwright
+
+    if ARTIFACTS.exists():
+        shutil.rmtree(ARTIFACTS)
+    ARTIFACTS.mkdir(parents=True)
+    js_errors: list[str] = []
+    console_log: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("pageerror", lambda err: js_errors.append(str(err)))
+            page.on("console", lambda msg: console_log.append(f"{msg.type}: {msg.text}"))
+            page.set_default_timeout(60_000)
+
+            def shot(name: str) -> None:
+                page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+            try:
+                _drive(page, lab, shot, expect)
+            except BaseException:
+                shot("failure")
+                raise
+            finally:
+                (ARTIFACTS / "console.log").write_text("\n".join(console_log) + "\n")
+                (ARTIFACTS / "jupyterlab.log").write_text(lab.log())
+        finally:
+            browser.close()
+    assert not js_errors, "JavaScript errors in the page:\n" + "\n".join(js_errors)
+
+
+def _drive(page, lab: JupyterLab, shot, expect) -> None:
+    # 1. Open the notebook; the kernel starts.
+    page.goto(f"{lab.base}/lab/tree/{PHASE}.ipynb?token={lab.token}")
+    code_cells = page.locator(".jp-NotebookPanel:visible .jp-CodeCell")
+    expect(code_cells.nth(9)).to_be_attached(timeout=120_000)
+    n_code = code_cells.count()
+    lab.wait_kernel_idle()
+    expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=60_000)
+    # The learner's toolbar: nbgrader's Validate button, and no instructor's create-assignment tool.
+    expect(page.locator(".jp-NotebookPanel:visible .validate-button")).to_have_count(1)
+    shot("01-opened")
+
+    # 2. Run > Run All Cells, and wait until every code cell has run and the kernel is idle.
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    prompts = page.locator(".jp-NotebookPanel:visible .jp-CodeCell .jp-InputArea-prompt")
+    deadline = time.monotonic() + RUN_ALL_TIMEOUT_S
+    while True:
+        texts = prompts.all_inner_texts()
+        done = [t for t in texts if re.search(r"\[\d+\]", t)]
+        busy = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() == 0
+        if len(done) == n_code and not busy:
+            break
+        assert time.monotonic() < deadline, (f"Run All did not finish within {RUN_ALL_TIMEOUT_S} s: "
+                                             f"{len(done)} of {n_code} cells ran; prompts {texts}")
+        page.wait_for_timeout(1000)
+    errors = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output[data-mime-type="
+                          "'application/vnd.jupyter.stderr']")
+    tracebacks = [t for t in errors.all_inner_texts() if "Error" in t or "Traceback" in t]
+    assert not tracebacks, "cells raised errors:\n" + "\n---\n".join(t[-2000:] for t in tracebacks)
+
+    # The test cells show PASSED lines, one per %%kernel_test cell, and no FAILED.
+    test_cells = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
+                              has=page.locator(".cm-content", has_text="%%kernel_test"))
+    n_tests = test_cells.count()
+    assert n_tests >= 2, f"found {n_tests} %%kernel_test cells"
+    outputs = [test_cells.nth(i).locator(".jp-OutputArea").inner_text() for i in range(n_tests)]
+    for text in outputs:
+        assert "PASSED" in text and "FAILED" not in text, f"a test cell did not pass:\n{text}"
+    test_cells.first.scroll_into_view_if_needed()
+    test_cells.first.evaluate("el => el.scrollIntoView({block: 'start'})")
+    shot("02-tests-passed")
+
+    # 3. The widget: a BLOCK_SIZE dropdown whose picture changes when it moves.
+    dropdown = page.locator(".jp-NotebookPanel:visible .widget-dropdown", has_text="BLOCK_SIZE")
+    expect(dropdown).to_have_count(1, timeout=30_000)
+    widget_cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell", has=dropdown)
+    picture = widget_cell.locator(".jp-OutputArea-output img")
+    expect(picture).to_have_count(1, timeout=30_000)
+    widget_cell.evaluate("el => el.scrollIntoView({block: 'start'})")
+    before = picture.get_attribute("src")
+    assert before and before.startswith("data:image/png"), f"the widget's picture is not a PNG: {before!r:.80}"
+    shot("03-widget-block-size-8")
+    select = dropdown.locator("select")
+    assert select.input_value() == "8", f"BLOCK_SIZE starts at {select.input_value()}, expected 8"
+    select.select_option("16")
+    deadline = time.monotonic() + 60
+    while (after := picture.get_attribute("src") if picture.count() == 1 else None) in (None, before):
+        assert time.monotonic() < deadline, "the picture did not change after BLOCK_SIZE moved to 16"
+        page.wait_for_timeout(250)
+    assert after.startswith("data:image/png")
+    page.wait_for_timeout(500)
+    shot("04-widget-block-size-16")
+
+    # 4. nbgrader's Validate button: it saves, runs the notebook in a fresh kernel and reports.
+    page.locator(".jp-NotebookPanel:visible .validate-button").click()
+    message = page.locator("#validation-message")
+    expect(message).to_have_count(1, timeout=VALIDATE_TIMEOUT_S * 1000)
+    text = message.inner_text()
+    shot("05-validate")
+    assert "Success! Your notebook passes all the tests." in text, f"Validate said:\n{text}"
+    page.get_by_role("button", name=re.compile("OK", re.I)).first.click()
