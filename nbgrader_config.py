@@ -7,7 +7,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nbgrader.converters import Autograde  # noqa: E402
 from nbgrader.preprocessors import Execute  # noqa: E402
 
-from tritoncourse.grading.nbgrader_plugin import IsolatedKernelTests, ResilientExecute  # noqa: E402
+from nbgrader.preprocessors import OverwriteCells  # noqa: E402
+
+from tritoncourse.grading.nbgrader_plugin import (IsolatedKernelTests, ResilientExecute,  # noqa: E402
+                                                  RestoreDeletedCells)
 
 c = get_config()  # noqa: F821
 
@@ -20,8 +23,11 @@ c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "
 c.Execute.timeout = 120
 c.ResilientExecute.timeout = 120
 
-# Deleted test cells come back from the gradebook and are graded.
-c.OverwriteCells.add_missing_cells = True
+# Deleted test cells come back from the gradebook and are graded (with nbgrader's placement bug fixed).
+_sanitize = list(Autograde.class_traits()["sanitize_preprocessors"].default())
+_sanitize[_sanitize.index(OverwriteCells)] = RestoreDeletedCells
+c.Autograde.sanitize_preprocessors = _sanitize
+c.RestoreDeletedCells.add_missing_cells = True
 
 # Out-of-kernel verdicts: replace Execute, and run the isolated tests right after it, before the
 # scores are saved. Anything else stays nbgrader's default.

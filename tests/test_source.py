@@ -121,3 +121,5 @@ def test_magic_lines_and_unparsable_cells_are_skipped():
 def test_parse_cell_reads_timeout():
     assert parse_cell("%%kernel_test --timeout 30\nx = 1\n") == ({"timeout": 30.0}, "x = 1\n")
     assert parse_cell("x = 1") is None
+    restored = "# This cell was missing from the submission.\n\n%%kernel_test\nx = 1\n"
+    assert parse_cell(restored) == ({"timeout": 120.0}, "x = 1\n")

@@ -250,11 +250,13 @@ def _stride_mixup(out: torch.Tensor, views, bases) -> str:
         (sa, (sb[1], sb[0]), "stride_bk and stride_bn are swapped: B[k, n] is at b_ptr + k * stride_bk + "
          "n * stride_bn"),
     ]
+    if torch.isnan(out).all():
+        return ""  # nothing to tell the candidates apart
     for strides_a, strides_b, words in candidates:
         if (strides_a, strides_b) == (sa, sb):
             continue
         simulated = torch.relu(_read_as(a, ga, strides_a) @ _read_as(b, gb, strides_b))
-        if _close(out, simulated):
+        if not torch.isnan(simulated).all() and _close(out, simulated):
             return f"a stride mix-up: {words}."
     return ""
 
@@ -299,7 +301,7 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
                     "0 * NaN = NaN, so masking only one of the two loads is not enough: mask both A's and "
                     "B's loads with their k index < K (other=0.0).")
         if views is not None and any(lay != "contiguous" for lay in layouts):
-            return f"C[{r}, {c}] is NaN, " + _stride_hint(*views, layouts)
+            return f"C[{r}, {c}] is NaN: " + _stride_hint(*views, layouts)
         return (f"C[{r}, {c}] is NaN: the kernel read outside A or B (the memory around them holds NaN in "
                 "this test). Check the load masks and that A and B are addressed with their own strides.")
     lin = _linear(a, b)
@@ -391,6 +393,8 @@ def check_matmul_relu(kernel, M: int, N: int, K: int, block_m: int = 32, block_n
     if not ok:
         cause = diagnose(c_view, a, b, block_m, block_n, block_k, (ga_view, gb_view, c_view), layouts,
                          (ga.buffer, gb.buffer))
+        if bool((c_view == UNWRITTEN).any()):
+            msg += f"\n  ({UNWRITTEN:g} is what C held before the kernel ran: those elements were never written)"
         raise KernelCheckError(f"Wrong values ({context}).\n{msg}\nLikely cause: {cause}")
 
     if fence_supported(device):

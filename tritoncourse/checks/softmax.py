@@ -226,8 +226,9 @@ def _unwritten(out: torch.Tensor) -> torch.Tensor:
     return torch.isnan(out.detach().cpu())
 
 
-def _nan_where_finite(out: torch.Tensor, expected: torch.Tensor) -> bool:
-    return bool((torch.isnan(out.detach().cpu()) & torch.isfinite(expected)).any())
+def _nonfinite_where_finite(out: torch.Tensor, expected: torch.Tensor) -> bool:
+    """True when some output is NaN or inf where the reference is a number."""
+    return bool((~torch.isfinite(out.detach().cpu()) & torch.isfinite(expected)).any())
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -414,8 +415,8 @@ def _explain_softmax(out, x, expected, case: _Case, gin: Rows) -> str:
     found = _explain_common(out, x, expected, case, gin, case.block)
     if found:
         return found
-    if _nan_where_finite(out, expected):
-        return ("some outputs are NaN: a row read NaN from outside its columns (the guards around the rows "
+    if _nonfinite_where_finite(out, expected):
+        return ("some outputs are NaN or inf: a row read NaN from outside its columns (the guards around the rows "
                 "hold NaN), or some columns were never stored. Load with mask=cols < n_cols, "
                 "other=-float('inf'), and store every column with the same mask.")
     return ("compare your kernel with the steps above it: load the row with -inf padding, subtract its max, "
@@ -454,8 +455,8 @@ def _explain_online(out, x, expected, case: _Case, gin: Rows) -> str:
                 "max of -inf, and exp(m_old - m_new) = exp(-inf - (-inf)) = exp(NaN). With per-lane "
                 "accumulators, start the running max at a large finite negative value or guard the rescale "
                 "with tl.where; with a scalar running max, take tl.max over the tile first.")
-    if _nan_where_finite(out, expected):
-        return ("some outputs are NaN: a tile read NaN from outside the row (the guards around the rows hold "
+    if _nonfinite_where_finite(out, expected):
+        return ("some outputs are NaN or inf: a tile read NaN from outside the row (the guards around the rows hold "
                 "NaN), a rescale computed exp(-inf - (-inf)), or some columns were never stored.")
     return ("replay your kernel on the widget's row: the running max must be the max of all tiles so far, and "
             "the running sum must be rescaled by exp(m_old - m_new) whenever the max grows.")
@@ -498,8 +499,8 @@ def _explain_backward(out, y, dy, expected, case: _Case) -> str:
     for candidate, cause in candidates:
         if _same(out, candidate):
             return cause
-    if _nan_where_finite(out, expected):
-        return ("some gradients are NaN: a load read outside the row (the guards around the rows hold NaN), "
+    if _nonfinite_where_finite(out, expected):
+        return ("some gradients are NaN or inf: a load read outside the row (the guards around the rows hold NaN), "
                 "or masked lanes were padded with something other than 0 (y and dy must be 0 there, so that "
                 "they add nothing to sum(y * dy)), or some columns were never stored.")
     if case.dtype == torch.float16:

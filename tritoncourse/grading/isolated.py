@@ -51,7 +51,10 @@ class Outcome:
 
 def parse_cell(cell_source: str) -> tuple[dict, str] | None:
     """Split a ``%%kernel_test [--timeout S]`` cell into (options, test body); None if it is not one."""
-    first, _, body = cell_source.lstrip().partition("\n")
+    text = cell_source.lstrip()
+    while text.startswith("#"):  # comments before the magic (nbgrader's note on a restored cell)
+        text = text.partition("\n")[2].lstrip()
+    first, _, body = text.partition("\n")
     parts = shlex.split(first)
     if not parts or parts[0] != MAGIC:
         return None

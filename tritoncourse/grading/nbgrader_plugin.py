@@ -15,7 +15,7 @@ from nbclient.exceptions import DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from traitlets import Bool, Float, Integer
 
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
 from nbgrader.utils import is_grade, is_solution
 
 from .isolated import parse_cell, run_cell
@@ -29,6 +29,40 @@ def _error_output(ename: str, text: str) -> NotebookNode:
 
 def _stdout(text: str) -> NotebookNode:
     return NotebookNode(output_type="stream", name="stdout", text=text + "\n")
+
+
+class RestoreDeletedCells(OverwriteCells):
+    """nbgrader's OverwriteCells, with deleted grade cells put back where they belong.
+
+    nbgrader 0.9.6's ``add_missing_cells`` fails (KeyError) when the cell before a deleted test in the
+    source is a read-only cell, and then that learner's whole notebook goes ungraded. Here each missing
+    grade cell goes right after the nearest earlier source cell still in the notebook.
+    """
+
+    def add_missing_grade_cells(self, nb, resources):
+        source_nb = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
+        source_cells = {c.name: c for c in source_nb.source_cells}
+        order = [c.name for c in source_nb.source_cells]
+        grade_cells = {c.name: c for c in source_nb.grade_cells}
+        solution_ids = {c.name for c in source_nb.solution_cells}
+        for position, grade_id in enumerate(order):
+            if grade_id not in grade_cells:
+                continue
+            present = {c["metadata"]["nbgrader"]["grade_id"]: i for i, c in enumerate(nb.cells)
+                       if "grade_id" in c.get("metadata", {}).get("nbgrader", {})}
+            if grade_id in present:
+                continue
+            self.log.warning("Missing grade cell %s encountered, adding it back to the notebook", grade_id)
+            cell = self.missing_cell_transform(source_cells[grade_id], grade_cells[grade_id].max_score,
+                                               is_solution=grade_id in solution_ids)
+            # nbgrader puts a comment first; a cell magic (%%kernel_test) must stay on the first line.
+            lines = cell.source.splitlines()
+            magic = next((i for i, line in enumerate(lines) if line.startswith("%%")), None)
+            if magic:
+                cell.source = "\n".join([lines[magic]] + lines[:magic] + lines[magic + 1:])
+            before = [present[name] for name in reversed(order[:position]) if name in present]
+            nb.cells.insert(before[0] + 1 if before else 0, cell)
+        return nb, resources
 
 
 class ResilientExecute(Execute):

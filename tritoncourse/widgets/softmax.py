@@ -98,27 +98,26 @@ def draw_online_softmax(row, block_size: int, title: str = "", fig=None):
             bottom, height = (base, v - base) if v >= base else (v, base - v)
             ax_row.add_patch(Rectangle((c, bottom), 0.9, height, facecolor=cmap(t % 10), alpha=0.5,
                                        edgecolor="black", hatch=hatch, linewidth=0.5))
+        floor = min(lo, base)
         for c in range(st["stop"], st["start"] + block_size):  # masked lanes of the last tile
-            ax_row.add_patch(Rectangle((c, base), 0.9, 0.12 * span, facecolor="white", edgecolor="gray",
+            ax_row.add_patch(Rectangle((c, floor), 0.9, 0.12 * span, facecolor="white", edgecolor="gray",
                                        hatch="xx", linewidth=0.5))
-            ax_row.text(c + 0.45, base + 0.06 * span, "x", ha="center", va="center", fontsize=7)
+            ax_row.text(c + 0.45, floor + 0.06 * span, "x", ha="center", va="center", fontsize=7)
         if st["masked"]:
-            ax_row.text(st["stop"] + st["masked"] / 2, base + 0.2 * span, f"masked ({st['masked']})\nloaded as -inf",
-                        ha="center", va="bottom", fontsize=7)
+            ax_row.text(st["stop"] + st["masked"] / 2, floor + 0.15 * span,
+                        f"masked ({st['masked']})\nloaded as -inf", ha="center", va="bottom", fontsize=7)
         ax_row.plot([st["start"], st["start"] + block_size - 0.1], [st["m"], st["m"]], color="black",
                     linestyle="--", linewidth=1)
         ax_row.text(st["start"] + block_size / 2, max(hi, base) + 0.04 * span, f"tile {t}", ha="center", va="bottom",
                     fontsize=8)
         if t:
             ax_row.axvline(st["start"] - 0.05, color="gray", linewidth=0.8)
-    ax_row.plot([], [], color="black", linestyle="--", label="running max m after the tile")
     ax_row.set_xlim(-0.5, n_tiles * block_size + 0.5)
     ax_row.set_ylim(min(lo, base) - 0.02 * span, max(hi, base) + 0.15 * span)
     ax_row.set_xlabel("column")
     ax_row.set_ylabel("x")
-    ax_row.legend(loc="upper left", fontsize=8, framealpha=0.9)
-    ax_row.set_title(title or f"n_cols={n}, BLOCK_SIZE={block_size}: {n_tiles} tile(s), hatching tells them apart",
-                     fontsize=9)
+    ax_row.set_title((title or f"n_cols={n}, BLOCK_SIZE={block_size}: {n_tiles} tile(s)")
+                     + "\ndashed line over each tile: the running max m after that tile", fontsize=9)
 
     tiles = [st["tile"] for st in steps]
     ax_run.plot(tiles, [st["m"] for st in steps], marker="o", linestyle="-", color="tab:blue",
