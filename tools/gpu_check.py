@@ -148,6 +148,7 @@ def bench_vector_add(repeats: int, peaks: dict) -> dict:
         x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
         out = torch.empty_like(x)
         assert torch.equal(vector_add(x, y, out), x + y), f"reference vector add is wrong at n={n}"
+        torch._dynamo.reset()  # one graph per shape: dynamic=False, and no recompile limit across sizes
         compiled = torch.compile(lambda a, b: a + b, dynamic=False, mode="max-autotune-no-cudagraphs")
         c0 = time.time()
         compiled(x, y)
