@@ -75,8 +75,9 @@ def _strip_solution_markers(source: str) -> str:
                      if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
 
 
-def learner_notebook(phase: str, release: Path = RELEASE, source: Path = SOURCE) -> nbformat.NotebookNode:
+def learner_notebook(phase: str, release: Path | None = None, source: Path | None = None) -> nbformat.NotebookNode:
     """The released notebook with every code solution cell replaced by the source's solution."""
+    release, source = release or RELEASE, source or SOURCE
     nb = nbformat.read(release / phase / f"{phase}.ipynb", as_version=4)
     ref = nbformat.read(source / phase / f"{phase}.ipynb", as_version=4)
     solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in ref.cells
@@ -286,9 +287,10 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
     shot("02-tests-passed")
 
     # 3. The widget: a BLOCK_SIZE dropdown whose picture changes when it moves.
-    dropdown = page.locator(".jp-NotebookPanel:visible .widget-dropdown", has_text="BLOCK_SIZE")
-    expect(dropdown).to_have_count(1, timeout=30_000)
-    widget_cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell", has=dropdown)
+    widget_cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
+                               has=page.locator(".widget-dropdown", has_text="BLOCK_SIZE"))
+    expect(widget_cell).to_have_count(1, timeout=30_000)
+    dropdown = widget_cell.locator(".widget-dropdown", has_text="BLOCK_SIZE")
     picture = widget_cell.locator(".jp-OutputArea-output img")
     expect(picture).to_have_count(1, timeout=30_000)
     widget_cell.evaluate("el => el.scrollIntoView({block: 'start'})")

@@ -24,7 +24,7 @@ import triton
 from ..checking import (OUTPUT_SENTINEL, Guarded, KernelCheckError, compare, fence_supported, fenced_copy,
                         fresh_seed, generator, guarded_copy, guarded_empty, stage)
 from ..device import infer_device
-from . import launch, require_triton_kernel
+from . import explain_launch_error, launch, require_triton_kernel
 
 NAME = "triton_matmul_relu_kernel"
 SIGNATURE = ("triton_matmul_relu_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, "
@@ -184,14 +184,27 @@ def _where(flat_or_rc: tuple[int, ...], layout: str, shape: tuple[int, int]) -> 
 
 # ------------------------------------------------------------------------------------------ launching
 def run_matmul_relu(kernel, a, b, c, block_m: int, block_n: int, block_k: int, *, context: str,
-                    device: str) -> None:
-    """Launch ``kernel`` the way the notebook's wrapper does: a 2-D grid of output tiles."""
+                    device: str, fence_stage: str | None = None) -> None:
+    """Launch ``kernel`` the way the notebook's wrapper does: a 2-D grid of output tiles.
+
+    ``fence_stage``: the stage to record instead of the plain "running ..." one (a crash during a fenced
+    run is then explained as an unmasked load).
+    """
     M, K = a.shape
     N = b.shape[1]
     grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
     args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
-    launch(kernel, grid, args, {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k},
-           name=NAME, signature=SIGNATURE, context=context, device=device)
+    kwargs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
+    if fence_stage is None:
+        launch(kernel, grid, args, kwargs, name=NAME, signature=SIGNATURE, context=context, device=device)
+        return
+    stage(fence_stage)  # launch() would overwrite it with "running ..."
+    try:
+        kernel[grid](*args, **kwargs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as err:  # the learner's kernel may raise anything
+        raise explain_launch_error(err, NAME, SIGNATURE, context) from None
 
 
 # ----------------------------------------------------------------------------------------- diagnosis
@@ -403,10 +416,11 @@ def check_matmul_relu(kernel, M: int, N: int, K: int, block_m: int = 32, block_n
             a2 = fa[0] if fa is not None else ga_view
             b2 = fb[0] if fb is not None else gb_view
             c2, _ = _place_output(M, N, layout_c, pad, device)
-            stage(f"FENCE-READ: running `{NAME}` on A and B that end exactly where readable memory ends "
-                  f"({context}): any unmasked load of a row of A >= M, a column of B >= N or a k >= K "
-                  "crashes here")
-            run_matmul_relu(kernel, a2, b2, c2, block_m, block_n, block_k, context=context, device=device)
+            fence = (f"FENCE-READ: running `{NAME}` on A and B that end exactly where readable memory ends "
+                     f"({context}): any unmasked load of a row of A >= M, a column of B >= N or a k >= K "
+                     "crashes here")
+            run_matmul_relu(kernel, a2, b2, c2, block_m, block_n, block_k, context=context, device=device,
+                            fence_stage=fence)
             ok, msg = compare(c2, expected, atol=atol, rtol=rtol, name="C")
             if not ok:
                 raise KernelCheckError(f"Wrong values on the second run, with A and B stored without guards "

@@ -58,6 +58,10 @@ DATA = {
     "minus1000": "rows around -1000",
     "negative": "rows of negative values (-8.5 to -0.5)",
 }
+# The output's elements start at this value: an element the kernel never wrote shows as -54321
+# (NaN would be ambiguous: a kernel without the max subtraction writes NaN).
+UNWRITTEN = -54321.0
+
 # Strided layouts: how far apart rows are, beyond n_cols, in each tensor. Different on purpose, so that
 # swapping two strides or using n_cols as the stride shows.
 FORWARD_GAPS = {"input": 29, "output": 11}
@@ -101,11 +105,12 @@ class Rows:
 
     Every element of the buffer that is not one of the matrix's is guard: ``pad_before`` elements
     before row 0, ``pad_after`` after the last row, and the ``stride - n_cols`` elements between
-    rows. The guard holds ``fill`` (NaN for inputs, a sentinel for outputs); the matrix starts NaN.
+    rows. The guard holds ``fill`` (NaN for inputs, a sentinel for outputs); the matrix's own elements
+    start at ``start`` (:data:`UNWRITTEN` for outputs, so that unwritten elements show).
     """
 
     def __init__(self, n_rows: int, n_cols: int, stride: int, dtype, device: str, fill: float,
-                 pad_before: int = 64, pad_after: int = 64):
+                 pad_before: int = 64, pad_after: int = 64, start: float = UNWRITTEN):
         if stride < n_cols:
             raise ValueError(f"stride {stride} < n_cols {n_cols}")
         self.n_rows, self.n_cols, self.stride, self.fill = n_rows, n_cols, stride, fill
@@ -113,12 +118,13 @@ class Rows:
         span = (n_rows - 1) * stride + n_cols
         self.buffer = torch.full((pad_before + span + pad_after,), fill, dtype=dtype, device=device)
         self.view = self.buffer.as_strided((n_rows, n_cols), (stride, 1), pad_before)
-        self.view.fill_(float("nan"))
+        self.view.fill_(start)
 
     @classmethod
     def copy_of(cls, x: torch.Tensor, stride: int, device: str, pad_after: int = 64) -> "Rows":
         """An input: a copy of ``x`` with NaN around and between its rows."""
-        rows = cls(x.shape[0], x.shape[1], stride, x.dtype, device, float("nan"), pad_after=pad_after)
+        rows = cls(x.shape[0], x.shape[1], stride, x.dtype, device, float("nan"), pad_after=pad_after,
+                   start=float("nan"))
         rows.view.copy_(x)
         return rows
 
@@ -223,7 +229,9 @@ def _online_replay(x: torch.Tensor, block: int, *, rescale: bool = True, tiles: 
 
 
 def _unwritten(out: torch.Tensor) -> torch.Tensor:
-    return torch.isnan(out.detach().cpu())
+    """True for the output elements the kernel never wrote (they still hold UNWRITTEN)."""
+    out = out.detach().cpu()
+    return out == torch.tensor(UNWRITTEN, dtype=out.dtype)
 
 
 def _nonfinite_where_finite(out: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -321,6 +329,10 @@ def _check_values(out: torch.Tensor, expected: torch.Tensor, case: _Case, explai
     atol, rtol = _tolerance(case.dtype)
     ok, msg = compare(out, expected, atol=atol, rtol=rtol)
     if not ok:
+        n_unwritten = int(_unwritten(out).sum())
+        if n_unwritten:
+            msg += (f"\n  {n_unwritten} element(s) were never written (they still hold {UNWRITTEN:g}, the value "
+                    "the output starts with)")
         raise KernelCheckError(f"Wrong values ({case.context()}).\n{msg}\nLikely cause: {explain()}")
 
 

@@ -160,8 +160,8 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
         output = _read(tmpd / "out.txt")
         if proc.returncode == 86:
             return Outcome(False, "fail", "compute-sanitizer found invalid memory accesses:\n"
-                           + _tail(output, 2000) + "\nLikely cause: an unmasked load or store (a tl.load or "
-                           "tl.store without a mask, or with a mask that lets lanes past the end through).",
+                           + _tail(output, 2000) + "\nLikely cause: a load or store outside a tensor: an unmasked load or store (a "
+                           "tl.load or tl.store without a mask, or with a mask that lets lanes past the end through).",
                            seed, seconds, title)
         if proc.returncode < 0 or not result:
             return Outcome(False, "crash", _crash_message(proc.returncode, _read(tmpd / "stage.txt"))

@@ -1,4 +1,5 @@
-# The last program loops forever; the others are right.
+# The last program loops (practically) forever; the others are right. The loop changes the stored
+# value, so a GPU compiler cannot drop it.
 # expect-fail: test_vector_add_ragged_sizes test_vector_add_block_sizes test_vector_add_large test_vector_add_fp16
 # expect-message: did not finish
 @triton.jit
@@ -12,9 +13,8 @@ def triton_vector_add_kernel(
     pid = tl.program_id(0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask)
-    y = tl.load(y_ptr + offsets, mask=mask)
-    i = 0
-    while (pid + 1) * BLOCK_SIZE > n_elements:
-        i += 1
-    tl.store(output_ptr + offsets, x + y, mask=mask)
+    acc = tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
+    if (pid + 1) * BLOCK_SIZE > n_elements:
+        for i in range(0, 1 << 40):
+            acc = acc * 1.0000001
+    tl.store(output_ptr + offsets, acc, mask=mask)
