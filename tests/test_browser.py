@@ -76,19 +76,20 @@ def _strip_solution_markers(source: str) -> str:
 
 
 def learner_notebook(phase: str, release: Path | None = None, source: Path | None = None) -> nbformat.NotebookNode:
-    """The released notebook with every code solution cell replaced by the source's solution."""
+    """The released notebook as a learner who solved it has it: every solution cell (kernels and
+    written answers) holds the source's solution."""
     release, source = release or RELEASE, source or SOURCE
     nb = nbformat.read(release / phase / f"{phase}.ipynb", as_version=4)
     ref = nbformat.read(source / phase / f"{phase}.ipynb", as_version=4)
     solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in ref.cells
-                 if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+                 if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
     replaced = 0
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type == "code" and meta.get("solution") and meta.get("grade_id") in solutions:
+        if meta.get("solution") and meta.get("grade_id") in solutions:
             cell.source = _strip_solution_markers(solutions[meta["grade_id"]])
             replaced += 1
-    assert replaced, f"release/{phase} has no solution cell matching source/{phase}"
+    assert replaced == len(solutions), f"release/{phase} lacks solution cells of source/{phase}"
     return nb
 
 
@@ -282,9 +283,10 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
     outputs = [test_cells.nth(i).locator(".jp-OutputArea").inner_text() for i in range(n_tests)]
     for text in outputs:
         assert "PASSED" in text and "FAILED" not in text, f"a test cell did not pass:\n{text}"
-    test_cells.first.scroll_into_view_if_needed()
+    code_cells.first.evaluate("el => el.scrollIntoView({block: 'start'})")
+    shot("02-ran-top")
     test_cells.first.evaluate("el => el.scrollIntoView({block: 'start'})")
-    shot("02-tests-passed")
+    shot("03-tests-passed")
 
     # 3. The widget: a BLOCK_SIZE dropdown whose picture changes when it moves.
     widget_cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
@@ -296,7 +298,7 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
     widget_cell.evaluate("el => el.scrollIntoView({block: 'start'})")
     before = picture.get_attribute("src")
     assert before and before.startswith("data:image/png"), f"the widget's picture is not a PNG: {before!r:.80}"
-    shot("03-widget-block-size-8")
+    shot("04-widget-block-size-8")
     select = dropdown.locator("select")
     assert select.input_value() == "8", f"BLOCK_SIZE starts at {select.input_value()}, expected 8"
     select.select_option("16")
@@ -306,13 +308,13 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
         page.wait_for_timeout(250)
     assert after.startswith("data:image/png")
     page.wait_for_timeout(500)
-    shot("04-widget-block-size-16")
+    shot("05-widget-block-size-16")
 
     # 4. nbgrader's Validate button: it saves, runs the notebook in a fresh kernel and reports.
     page.locator(".jp-NotebookPanel:visible .validate-button").click()
     message = page.locator("#validation-message")
     expect(message).to_have_count(1, timeout=VALIDATE_TIMEOUT_S * 1000)
     text = message.inner_text()
-    shot("05-validate")
+    shot("06-validate")
     assert "Success! Your notebook passes all the tests." in text, f"Validate said:\n{text}"
     page.get_by_role("button", name=re.compile("OK", re.I)).first.click()

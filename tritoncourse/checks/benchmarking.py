@@ -165,14 +165,16 @@ def _fmt(v) -> str:
         return f"{v:.6g}"
     if isinstance(v, torch.dtype):
         return str(v)
+    if isinstance(v, torch.Tensor):
+        return f"<tensor of shape {tuple(v.shape)}, {str(v.dtype).replace('torch.', '')}>"
     if callable(v):
         return getattr(v, "__name__", "a function")
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k!r}: {_fmt(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, (list, tuple)) and len(v) > 6:
-        return f"[{', '.join(_fmt(x) for x in v[:6])}, ...]"
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+        a, b = ("(", ")") if isinstance(v, tuple) else ("[", "]")
+        more = ", ..." if len(v) > 6 else ""
+        return a + ", ".join(_fmt(x) for x in v[:6]) + more + b
     return repr(v)
 
 
@@ -181,10 +183,10 @@ def _where_in_learner_code(err: BaseException) -> str:
     if not frames:
         return ""
     f = frames[-1]
-    return f"\n  in `{f.name}`: {f.line}"
+    return f"\n  in `{f.name}`: {f.line}" if f.line else f"\n  in `{f.name}`"
 
 
-def call(fn, name: str, *args, **kwargs):
+def call(fn, name: str, *args, hint: str | None = None, **kwargs):
     """Call the learner's ``fn``; an exception becomes a message that names the call and the line."""
     shown = ", ".join([_fmt(a) for a in args] + [f"{k}={_fmt(v)}" for k, v in kwargs.items()])
     stage(f"calling `{name}({shown})`")
@@ -198,7 +200,8 @@ def call(fn, name: str, *args, **kwargs):
     except Exception as err:
         raise KernelCheckError(f"`{name}({shown})` raised {type(err).__name__}: {err}"
                                f"{_where_in_learner_code(err)}\n"
-                               "Likely cause: read the error above; it comes from inside your function.") from None
+                               f"Likely cause: {hint or 'read the error above; it comes from inside your function.'}"
+                               ) from None
 
 
 def expect_value_error(fn, name: str, args: tuple, why: str) -> None:
@@ -500,10 +503,15 @@ class FakeBench:
         return [ms for n, ms in self.timed if n == name]
 
 
-def _run(run_benchmark, bench: FakeBench, providers: dict, repeats: int, **kwargs):
+def _run(run_benchmark, bench: FakeBench, providers: dict, repeats: int, hint: str | None = None):
     require_function(run_benchmark, "run_benchmark")
-    result = call(run_benchmark, "run_benchmark", providers, bench.reference, bench.inputs, bench.timer,
-                  repeats, **kwargs)
+    try:
+        result = call(run_benchmark, "run_benchmark", providers, bench.reference, bench.inputs, bench.timer,
+                      repeats, hint=hint)
+    except KernelCheckError:
+        if bench.misuse:  # the error came from calling a provider or the timer the wrong way: say that
+            raise KernelCheckError(bench.misuse) from None
+        raise
     if bench.misuse:
         raise KernelCheckError(bench.misuse)
     if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(r, dict) for r in result)):
@@ -526,10 +534,6 @@ def check_run_benchmark_times(run_benchmark, names=("triton", "eager", "compile"
         raise KernelCheckError(f"Correct providers were reported as failed: {_fmt(failed)} ({context}).\n"
                                "Likely cause: compare each output with the reference's with a tolerance "
                                "(out.allclose(expected, rtol=rtol, atol=atol)), and only report real failures.")
-    if bench.reference_calls == 0:
-        raise KernelCheckError(f"The reference was never called ({context}).\n"
-                               "Likely cause: compute expected = reference(*inputs) and check every provider "
-                               "against it before timing.")
     if set(times) != set(names):
         raise KernelCheckError(f"`times` has entries for {sorted(times)}, expected one for each provider "
                                f"{sorted(names)} ({context}).")
@@ -590,7 +594,9 @@ def check_run_benchmark_correctness(run_benchmark, repeats: int = 3, seed: int |
     what = {"no_relu": "returns wrong values (no ReLU)", "raises": "raises a RuntimeError",
             "short": "returns one element too few", "nan": "returns a NaN in one element"}
     context = f"providers {list(providers)}, repeats={repeats}, seed {seed}"
-    times, failed = _run(run_benchmark, bench, providers, repeats)
+    times, failed = _run(run_benchmark, bench, providers, repeats,
+                         hint="a provider that raises, returns another shape or wrong values must be reported "
+                              "in `failed` (failed[name] = a message), and the benchmark goes on with the others.")
     timed = {n for n, _ in bench.timed}
     for name in bad:
         if name in timed or name in times:
@@ -606,6 +612,10 @@ def check_run_benchmark_correctness(run_benchmark, repeats: int = 3, seed: int |
         if not isinstance(failed[name], str) or not failed[name].strip():
             raise KernelCheckError(f"failed['{name}'] is {_fmt(failed[name])}; it should be a message saying "
                                    f"what went wrong ({context}).")
+    if bench.reference_calls == 0:
+        raise KernelCheckError(f"The reference was never called ({context}).\n"
+                               "Likely cause: compute expected = reference(*inputs) and check every provider's "
+                               "output against it before timing.")
     for name in good:
         if name in failed:
             extra = (" Its values differ from the reference by at most 2e-4 (relative), less than fp16 "

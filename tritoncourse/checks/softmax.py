@@ -148,11 +148,12 @@ class Rows:
     def where(self, offset: int) -> str:
         """Describe an offset relative to element [0, 0] in rows and columns."""
         if offset < 0:
-            return f"{-offset} element(s) before row 0"
+            return "just before row 0" if offset == -1 else f"{-offset} elements before row 0"
         row, col = divmod(offset, self.stride)
         if row >= self.n_rows:
-            last_end = (self.n_rows - 1) * self.stride + self.n_cols
-            return f"{offset - last_end + 1} element(s) after the end of the last row"
+            past = offset - ((self.n_rows - 1) * self.stride + self.n_cols) + 1
+            return "just past the end of the last row" if past == 1 else \
+                f"{past} elements past the end of the last row"
         return f"row {row}, column {col}"
 
     def read(self, row_stride: int, width: int) -> torch.Tensor:
@@ -291,7 +292,7 @@ def _check_inputs_untouched(case: _Case, inputs: dict[str, tuple[Rows, torch.Ten
                                    f"Likely cause: a tl.store to {name}_ptr instead of the output pointer.")
         stray = rows.stray()
         if stray:
-            raise KernelCheckError(f"The kernel wrote next to its input `{name}`, at {rows.where(stray[0])} "
+            raise KernelCheckError(f"The kernel wrote next to its input `{name}` (the first: {rows.where(stray[0])}) "
                                    f"({case.context()}).\nLikely cause: a tl.store to {name}_ptr.")
 
 
@@ -321,7 +322,7 @@ def _explain_stray_stores(out: Rows, stray: list[int], case: _Case, out_stride_a
         cause = ("a tl.store with wrong offsets: rows start at output_ptr + row * "
                  f"{out_stride_arg}, and only columns 0 .. n_cols - 1 of a row may be written.")
     return KernelCheckError(
-        f"{len(stray)} element(s) outside the output's rows were written; the first at "
+        f"{len(stray)} element(s) outside the output's rows were written; the first: "
         f"{out.where(stray[0])} ({case.context()}).\nLikely cause: {cause}")
 
 

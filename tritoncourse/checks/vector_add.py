@@ -78,8 +78,10 @@ def check_vector_add(kernel, n: int, block_size: int, dtype: torch.dtype = torch
     expected = vector_add_ref(x, y)
     context = f"n_elements={n}, BLOCK_SIZE={block_size}, {str(dtype).replace('torch.', '')}, seed {seed}"
 
-    gx, gy = guarded_copy(x.to(device)), guarded_copy(y.to(device))
-    gout = guarded_empty((n,), dtype, device)
+    # Guards at least one block wide: a stray lane lands in the guard, never in unmapped memory.
+    pad = max(64, block_size)
+    gx, gy = guarded_copy(x.to(device), pad), guarded_copy(y.to(device), pad)
+    gout = guarded_empty((n,), dtype, device, pad)
     run_vector_add(kernel, gx.view, gy.view, gout.view, block_size, context=context, device=device)
 
     if not (torch.equal(gx.view.cpu(), x) and torch.equal(gy.view.cpu(), y)):

@@ -31,7 +31,7 @@ def check_notebook(path: Path) -> int:
               f"Restore it with `make reset PHASE={path.stem}` (your copy is backed up first).")
         return 2
     kernels, plain = kernels_from_notebook(nb)
-    failed = passed = 0
+    failed = passed = hidden = 0
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -40,9 +40,10 @@ def check_notebook(path: Path) -> int:
             continue
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
         print(f"[{grade_id}] " + outcome.report().replace("\n", "\n    "), flush=True)
-        passed += outcome.ok
+        hidden += outcome.kind == "hidden"
+        passed += outcome.ok and outcome.kind != "hidden"
         failed += not outcome.ok
-    print(f"{passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed" + (f" ({hidden} hidden, run when graded)" if hidden else ""))
     return 0 if failed == 0 and passed > 0 else 1
 
 

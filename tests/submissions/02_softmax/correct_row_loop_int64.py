@@ -1,5 +1,6 @@
 # Each program loops over rows pid, pid + num_programs, ... (with the grid (n_rows,) that is one row),
-# with int64 row offsets.
+# with int64 row offsets (the loop starts at an int64 program id; on the interpreter the loop
+# variable is a Python int, so row.to(tl.int64) inside the loop would fail there).
 # expect-all-pass
 # replaces: softmax_backward_kernel
 @triton.jit
@@ -7,20 +8,19 @@ def triton_softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_st
                           BLOCK_SIZE: tl.constexpr):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        row64 = row.to(tl.int64)
-        x = tl.load(input_ptr + row64 * input_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    for row in range(tl.program_id(0).to(tl.int64), n_rows, tl.num_programs(0)):
+        x = tl.load(input_ptr + row * input_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
         e = tl.exp(x - tl.max(x, axis=0))
-        tl.store(output_ptr + row64 * output_row_stride + cols, e / tl.sum(e, axis=0), mask=mask)
+        tl.store(output_ptr + row * output_row_stride + cols, e / tl.sum(e, axis=0), mask=mask)
 
 
 @triton.jit
 def triton_online_softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
                                  BLOCK_SIZE: tl.constexpr):
     cols = tl.arange(0, BLOCK_SIZE)
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        in_row = input_ptr + row.to(tl.int64) * input_row_stride
-        out_row = output_ptr + row.to(tl.int64) * output_row_stride
+    for row in range(tl.program_id(0).to(tl.int64), n_rows, tl.num_programs(0)):
+        in_row = input_ptr + row * input_row_stride
+        out_row = output_ptr + row * output_row_stride
         m = -float("inf")
         s = 0.0
         for start in range(0, n_cols, BLOCK_SIZE):
@@ -40,8 +40,7 @@ def triton_softmax_backward_kernel(grad_input_ptr, output_ptr, grad_output_ptr, 
                                    BLOCK_SIZE: tl.constexpr):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        row64 = row.to(tl.int64)
-        y = tl.load(output_ptr + row64 * output_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(grad_output_ptr + row64 * grad_output_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(grad_input_ptr + row64 * grad_input_row_stride + cols, y * (dy - tl.sum(y * dy, axis=0)), mask=mask)
+    for row in range(tl.program_id(0).to(tl.int64), n_rows, tl.num_programs(0)):
+        y = tl.load(output_ptr + row * output_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(grad_output_ptr + row * grad_output_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(grad_input_ptr + row * grad_input_row_stride + cols, y * (dy - tl.sum(y * dy, axis=0)), mask=mask)

@@ -1,4 +1,6 @@
 # The accumulator is fp16: every K step rounds the partial sum to 3 digits.
+# expect-fail: test_matmul_relu_full_tiles test_matmul_relu_ragged_mn test_matmul_relu_ragged_k test_matmul_relu_relu_after_loop test_matmul_relu_negative_outputs test_matmul_relu_strides test_matmul_relu_tall_and_wide test_matmul_relu_block_sizes test_matmul_relu_larger
+# expect-message: accumulate in fp32
 @triton.jit
 def triton_matmul_relu_kernel(
     a_ptr, b_ptr, c_ptr, M, N, K,

@@ -1,4 +1,6 @@
 # The loop runs K // BLOCK_K times and nothing masks K: the last, partial K tile is dropped.
+# expect-fail: test_matmul_relu_ragged_k test_matmul_relu_small_k test_matmul_relu_block_sizes
+# expect-message: the K tail was dropped
 @triton.jit
 def triton_matmul_relu_kernel(
     a_ptr, b_ptr, c_ptr, M, N, K,

@@ -1,4 +1,6 @@
 # A cheat: patches the course's checks in the notebook; the kernel has no ReLU.
+# expect-fail: test_matmul_relu_full_tiles test_matmul_relu_ragged_mn test_matmul_relu_ragged_k test_matmul_relu_small_k test_matmul_relu_relu_after_loop test_matmul_relu_negative_outputs test_matmul_relu_strides test_matmul_relu_tall_and_wide test_matmul_relu_block_sizes test_matmul_relu_larger
+# expect-message: the ReLU is missing
 @triton.jit
 def triton_matmul_relu_kernel(
     a_ptr, b_ptr, c_ptr, M, N, K,

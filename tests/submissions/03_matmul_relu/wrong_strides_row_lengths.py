@@ -1,4 +1,6 @@
 # Ignores the stride arguments: rows taken to be K (A) and N (B, C) elements long.
+# expect-fail: test_matmul_relu_strides
+# expect-message: does not follow the stride arguments
 @triton.jit
 def triton_matmul_relu_kernel(
     a_ptr, b_ptr, c_ptr, M, N, K,
