@@ -46,9 +46,10 @@ notebooks:
 			echo "notebooks/$$a.ipynb created from release/"; fi; \
 	done
 
+# Without a GPU, Triton's interpreter is on for every kernel the notebooks define.
 lab: venv notebooks
-	cd notebooks && ../$(VENV)/bin/jupyter lab --port=$(JUPYTER_PORT) \
-		$$([ "$(TORCH_BUILD)" = cpu ] && echo "--ServerApp.ip=127.0.0.1")
+	cd notebooks && $$([ "$(TORCH_BUILD)" = cpu ] && echo "env TRITON_INTERPRET=1") \
+		../$(VENV)/bin/jupyter lab --port=$(JUPYTER_PORT) $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 test: venv
 	$(PY) -m pytest -q
