@@ -302,7 +302,10 @@ def main() -> int:
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(record, indent=1))
     (args.out / "gpu-results.json").write_text(json.dumps(record, indent=1))
-    log(f"wrote {RESULTS}")
+    from tritoncourse.benchmarking import render_readme
+
+    (ROOT / "README.md").write_text(render_readme(ROOT / "README.md", record))
+    log(f"wrote {RESULTS} and the README's results section")
     return 0
 
 

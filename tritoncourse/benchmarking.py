@@ -55,3 +55,47 @@ def show_recorded(section: str, path: Path = RESULTS_FILE) -> None:
         print("  ".join(f"{v:>14.4g}" if isinstance(v, float) else f"{v!s:>14}" for v in row))
     for note in table.get("notes", []):
         print(note)
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.2f}" if abs(v) < 10 else f"{v:.0f}"
+    return str(v)
+
+
+def results_markdown(results: dict | None = None) -> str:
+    """The recorded GPU results as Markdown tables (the README's section is generated from this)."""
+    results = results if results is not None else load_results()
+    if not results or "environment" not in results:
+        return "No GPU results recorded yet: run `make gpu-check` on a machine with an NVIDIA GPU.\n"
+    env = results["environment"]
+    lines = [f"Recorded by `make gpu-check` on an **{env['gpu']}** (compute capability {env['compute_capability']}, "
+             f"{env['sm_count']} SMs, driver {env['driver']}), torch {env['torch']}, triton {env['triton']}, "
+             f"CUDA {env['cuda']}, Python {env['python']}, {env['date']}; where: {env['where']}; "
+             f"container: {env['container']}. Every figure is the median of {env.get('repeats', '?')} interleaved "
+             "repetitions of `triton.testing.do_bench` medians, providers timed side by side in one run."]
+    peaks = results.get("peaks")
+    if peaks:
+        lines.append(f"\nRoofs measured in the same run: device copy **{peaks['copy_gbps']:.0f} GB/s** "
+                     f"(bytes read + written), cuBLAS fp16 8192³ **{peaks['cublas_fp16_tflops']:.0f} TFLOP/s**.")
+    for name, table in results.get("benchmarks", {}).items():
+        lines.append(f"\n**{name}**\n")
+        lines.append("| " + " | ".join(table["columns"]) + " |")
+        lines.append("|" + "---|" * len(table["columns"]))
+        for row in table["rows"]:
+            lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+        if table.get("notes"):
+            lines.append("")
+            lines += [f"- target {note}" for note in table["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+README_START, README_END = "<!-- gpu-results:start -->", "<!-- gpu-results:end -->"
+
+
+def render_readme(readme: Path, results: dict | None = None) -> str:
+    """README text with its GPU results block regenerated from the results file."""
+    text = readme.read_text()
+    head, _, rest = text.partition(README_START)
+    _, _, tail = rest.partition(README_END)
+    return f"{head}{README_START}\n{results_markdown(results)}{README_END}{tail}"
