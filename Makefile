@@ -23,7 +23,7 @@ help:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements/lock.txt requirements/torch-cpu.txt requirements/torch-gpu.txt pyproject.toml
+$(VENV)/.installed: requirements/lock.txt requirements/test.txt requirements/torch-cpu.txt requirements/torch-gpu.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
 		{ echo "Python 3.10 or newer is needed (found $$($(PYTHON) --version))"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ $(VENV)/.installed: requirements/lock.txt requirements/torch-cpu.txt requirement
 		$(PY) -m pip install -q --retries 1 --timeout 20 --extra-index-url $(TORCH_CPU_INDEX) \
 			-r requirements/torch-cpu.txt; \
 	fi
-	$(PY) -m pip install -q -r requirements/lock.txt
+	$(PY) -m pip install -q -r requirements/lock.txt -r requirements/test.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
