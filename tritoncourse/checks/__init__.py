@@ -49,9 +49,12 @@ def explain_launch_error(err: BaseException, name: str, signature: str, context:
     return KernelCheckError(f"Launching `{name}` ({context}) raised an error:\n  {text}\nLikely cause: {hint}")
 
 
-def launch(kernel, grid, args, kwargs, *, name: str, signature: str, context: str, device: str) -> None:
-    """Launch ``kernel[grid](*args, **kwargs)``, waiting for it, with errors explained."""
-    stage(f"running `{name}` ({context})")
+def launch(kernel, grid, args, kwargs, *, name: str, signature: str, context: str, device: str,
+           stage_text: str | None = None) -> None:
+    """Launch ``kernel[grid](*args, **kwargs)``, waiting for it, with errors explained.
+
+    ``stage_text`` says what a crash during this launch means (default: which kernel ran on what)."""
+    stage(stage_text or f"running `{name}` ({context})")
     try:
         kernel[grid](*args, **kwargs)
         if device == "cuda":

@@ -18,12 +18,13 @@ def vector_add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x.double() + y.double()).to(x.dtype)
 
 
-def run_vector_add(kernel, x, y, out, block_size: int, *, context: str, device: str) -> None:
+def run_vector_add(kernel, x, y, out, block_size: int, *, context: str, device: str,
+                   stage_text: str | None = None) -> None:
     """Launch the kernel the way the notebook's wrapper does: a 1-D grid of cdiv(n, BLOCK_SIZE) programs."""
     n = out.numel()
     grid = (triton.cdiv(n, block_size),)
     launch(kernel, grid, (x, y, out, n), {"BLOCK_SIZE": block_size},
-           name=NAME, signature=SIGNATURE, context=context, device=device)
+           name=NAME, signature=SIGNATURE, context=context, device=device, stage_text=stage_text)
 
 
 def diagnose(out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, expected: torch.Tensor,
@@ -108,9 +109,9 @@ def check_vector_add(kernel, n: int, block_size: int, dtype: torch.dtype = torch
             (fx, keep_x), (fy, keep_y) = fenced_copy(x.to(device), side), fenced_copy(y.to(device), side)
             out = guarded_empty((n,), dtype, device)
             where = "end exactly where" if side == "end" else "start exactly where"
-            stage(f"FENCE-READ: running `{NAME}` on x and y that {where} unreadable memory begins "
-                  f"({context})")
-            run_vector_add(kernel, fx, fy, out.view, block_size, context=context, device=device)
+            run_vector_add(kernel, fx, fy, out.view, block_size, context=context, device=device,
+                           stage_text=f"FENCE-READ: running `{NAME}` on x and y that {where} unreadable memory "
+                                      f"begins ({context})")
             ok, msg = compare(out.view, expected)
             if not ok:
                 raise KernelCheckError(f"Wrong values on the second run ({context}).\n{msg}")

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from ..checking import fresh_seed
 from .source import Assembly, assemble
 
 RUNNER = Path(__file__).with_name("runner.py")
+ZYGOTE = Path(__file__).with_name("zygote.py")
 MAGIC = "%%kernel_test"
 DEFAULT_TIMEOUT = 120.0
 KERNEL_HEADER = "import math\nimport triton\nimport triton.language as tl\n\n"
@@ -123,6 +125,80 @@ def _crash_message(returncode: int, stage: str) -> str:
             "host memory); check that every tl.load and tl.store is masked.")
 
 
+class _Zygote:
+    """Client of zygote.py: one warm process per grader, forking a fresh child for every test."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-I", str(ZYGOTE)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.replies: dict[str, dict] = {}
+        self.changed = threading.Condition(self.lock)
+        first = self.proc.stdout.readline()
+        if not first or not json.loads(first).get("ready"):
+            raise RuntimeError("the test zygote did not start")
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            msg = json.loads(line)
+            with self.changed:
+                self.replies.setdefault(msg["id"], {}).update(msg)
+                self.changed.notify_all()
+        with self.changed:  # the zygote is gone: wake everybody
+            self.replies["dead"] = {}
+            self.changed.notify_all()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and "dead" not in self.replies
+
+    def run(self, workdir: str, env: dict, out: str, timeout: float) -> int | None:
+        """The child's exit code (negative for a signal), or None when it was killed at ``timeout``."""
+        with self.lock:
+            self.next_id += 1
+            rid = str(self.next_id)
+            self.proc.stdin.write((json.dumps({"id": rid, "workdir": workdir, "env": env, "out": out}) + "\n")
+                                  .encode())
+            self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while "exit" not in self.replies.get(rid, {}):
+                left = deadline - time.monotonic()
+                if left <= 0 or "dead" in self.replies:
+                    break
+                self.changed.wait(min(left, 1.0))
+            reply = self.replies.get(rid, {})
+        if "exit" in reply:
+            return reply["exit"]
+        if "pid" in reply:
+            try:
+                os.killpg(reply["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if "dead" in self.replies:
+            raise RuntimeError("the test zygote died")
+        return None
+
+
+_zygote: _Zygote | None = None
+_zygote_lock = threading.Lock()
+
+
+def _warm_zygote() -> _Zygote | None:
+    """The process's zygote (started on first use), or None where forking is not used."""
+    global _zygote
+    if os.environ.get("TRITONCOURSE_ZYGOTE", "1") == "0":
+        return None
+    with _zygote_lock:
+        if _zygote is None or not _zygote.alive():
+            try:
+                _zygote = _Zygote()
+            except (OSError, RuntimeError, ValueError):
+                return None
+        return _zygote
+
+
 def sanitizer_enabled(env=os.environ) -> bool:
     """On a GPU, tests run under compute-sanitizer (memcheck) when it is installed, unless
     TRITONCOURSE_SANITIZER=0: it is the GPU's fence, the only way to see an unmasked load whose
@@ -157,40 +233,55 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
         else:
             env.pop("TRITON_INTERPRET", None)
         cmd = [sys.executable, "-I", str(RUNNER), str(tmpd)]
-        if device == "cuda" and sanitizer_enabled(env):
+        use_sanitizer = device == "cuda" and sanitizer_enabled(env)
+        if use_sanitizer:
             env.update(PYTORCH_NO_CUDA_MEMORY_CACHING="1", TRITONCOURSE_SANITIZER="1")
             cmd = [shutil.which("compute-sanitizer"), "--tool", "memcheck", "--error-exitcode", "86"] + cmd
         start = time.monotonic()
-        with open(tmpd / "out.txt", "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                seconds = time.monotonic() - start
-                stage = _read(tmpd / "stage.txt")
-                return Outcome(False, "timeout",
-                               f"The test did not finish within {timeout:.0f} s and was stopped"
-                               f"{' while ' + stage if stage else ''}.\n"
-                               "Likely cause: a loop in your kernel never ends (check its bounds and step).",
-                               seed, seconds, title)
+        zygote = _warm_zygote() if device == "cpu" else None
+        returncode = None
+        try:
+            if zygote is None:
+                raise RuntimeError("no zygote")
+            returncode = zygote.run(str(tmpd), env, str(tmpd / "out.txt"), timeout)
+        except RuntimeError:
+            returncode = _run_subprocess(cmd, tmp, env, tmpd / "out.txt", timeout)
+        if returncode is None:
+            seconds = time.monotonic() - start
+            stage = _read(tmpd / "stage.txt")
+            return Outcome(False, "timeout",
+                           f"The test did not finish within {timeout:.0f} s and was stopped"
+                           f"{' while ' + stage if stage else ''}.\n"
+                           "Likely cause: a loop in your kernel never ends (check its bounds and step).",
+                           seed, seconds, title)
         seconds = time.monotonic() - start
         result = _read(tmpd / "result.json")
         output = _read(tmpd / "out.txt")
-        if proc.returncode == 86:
+        if returncode == 86:
             return Outcome(False, "fail", "compute-sanitizer found invalid memory accesses:\n"
                            + _tail(output, 2000) + "\nLikely cause: a load or store outside a tensor: an unmasked load or store (a "
                            "tl.load or tl.store without a mask, or with a mask that lets lanes past the end through).",
                            seed, seconds, title)
-        if proc.returncode < 0 or not result:
-            return Outcome(False, "crash", _crash_message(proc.returncode, _read(tmpd / "stage.txt"))
+        if returncode < 0 or not result:
+            return Outcome(False, "crash", _crash_message(returncode, _read(tmpd / "stage.txt"))
                            + ("\nLast output:\n" + _tail(output, 1500) if output.strip() else ""),
                            seed, seconds, title)
         verdict = json.loads(result)
-        return Outcome(bool(verdict["ok"]) and proc.returncode == 0, verdict["kind"], verdict["message"],
+        return Outcome(bool(verdict["ok"]) and returncode == 0, verdict["kind"], verdict["message"],
                        seed, seconds, title)
+
+
+def _run_subprocess(cmd, cwd, env, out_path: Path, timeout: float) -> int | None:
+    """Run ``cmd`` in a session of its own; its exit code, or None when killed at ``timeout``."""
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None
 
 
 def _read(path: Path) -> str:

@@ -1,0 +1,90 @@
+"""A warm process that forks one child per test, so torch and triton are imported once, not per test.
+
+    python -I zygote.py        # requests on stdin, replies on stdout, one JSON object per line
+
+A request ``{"id", "workdir", "env", "out"}`` forks a child that runs :func:`runner.main` in
+``workdir`` with exactly ``env``, its output in ``out``, in a session of its own (so the caller can
+kill it and anything it started). Replies: ``{"id", "pid"}`` at once, ``{"id", "exit"}`` when the child
+ends (negative: killed by that signal). The zygote itself never runs a learner's code: it only imports
+the course's modules, then forks; each child starts from that clean state. Only used on the CPU
+interpreter (CUDA must not be initialised before a fork).
+"""
+import json
+import os
+import select
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+PRELOAD = ("numpy", "torch", "triton", "triton.language", "tritoncourse.checking", "tritoncourse.checks",
+           "tritoncourse.grading.runner")
+
+
+def _child(req: dict) -> None:
+    code = 3
+    try:
+        os.setsid()
+        out = os.open(req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.chdir(req["workdir"])
+        from tritoncourse.grading import runner
+
+        code = runner.main(req["workdir"])
+    except BaseException:  # report anything, then leave without running the zygote's code
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve() -> None:
+    for name in PRELOAD:
+        __import__(name)
+    children: dict[int, str] = {}
+    buffer = b""
+
+    def reply(obj: dict) -> None:
+        os.write(1, (json.dumps(obj) + "\n").encode())
+
+    reply({"ready": True})
+    stdin_open = True
+    while stdin_open or children:
+        if not stdin_open:
+            time.sleep(0.05)
+        elif select.select([0], [], [], 0.05)[0]:
+            chunk = os.read(0, 65536)
+            if not chunk:
+                stdin_open = False
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                req = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _child(req)
+                children[pid] = req["id"]
+                reply({"id": req["id"], "pid": pid})
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            reply({"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
+
+
+if __name__ == "__main__":
+    serve()
