@@ -50,6 +50,9 @@ def _child(req: dict) -> None:
 
 
 def serve() -> None:
+    # triton.language's own @jit functions (tl.max, tl.sum, ...) are made when triton is imported:
+    # import it as the children will run it, on the interpreter.
+    os.environ["TRITON_INTERPRET"] = "1"
     for name in PRELOAD:
         __import__(name)
     children: dict[int, str] = {}
