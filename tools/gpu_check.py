@@ -254,7 +254,77 @@ def bench_matmul_relu(repeats: int, peaks: dict) -> dict:
             "notes": [f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()]}
 
 
-BENCHMARKS = {"vector_add": bench_vector_add, "softmax": bench_softmax, "matmul_relu": bench_matmul_relu}
+def _phase4():
+    """The phase-4 notebook as a module (its graded functions, wrappers and GPU helpers), and the roof."""
+    nb = reference_module("04_benchmarking")
+    for fn in (nb.comparison_table, nb.run_benchmark):  # defensive: the module imports statistics itself
+        fn.__globals__.setdefault("statistics", statistics)
+    return nb
+
+
+def bench_add_relu_mul(repeats: int, peaks: dict) -> dict:
+    """Fused add-ReLU-scale against eager (three kernels) and torch.compile, 2^12 .. 2^27 fp32."""
+    import torch
+
+    nb = _phase4()
+    roof = (peaks["copy_gbps"], peaks["cublas_fp16_tflops"])
+    rows, notes = [], []
+    for exp in (12, 15, 18, 21, 24, 27):
+        n = 2**exp
+        x, bias = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        inputs = (x, bias, 0.5)
+        providers = {"triton": nb.add_relu_mul, "eager": nb.add_relu_mul_ref}
+        providers["compile"], compile_s = nb.compiled(nb.add_relu_mul_ref, inputs)
+        times, failed = nb.run_benchmark(providers, nb.add_relu_mul_ref, inputs, nb.gpu_timer, repeats)
+        assert not failed, f"add_relu_mul n=2^{exp}: {failed}"
+        flops, moved = nb.add_relu_mul_cost(n, torch.float32)
+        for r in nb.comparison_table(times, flops, moved["triton"], *roof):
+            rows.append([f"2^{exp}", r["provider"], r["ms"], r["gbps"], r["vs_eager"], r["vs_compile"], r["roof"]])
+        notes.append(f"2^{exp}: torch.compile (mode={nb.COMPILE_MODE!r}, dynamic=False) compiled in "
+                     f"{compile_s:.1f} s, not in the times")
+        by = {r[1]: r for r in rows[-3:]}
+        log(f"add_relu_mul 2^{exp}: triton {by['triton'][3]:.0f} GB/s ({by['triton'][4]:.2f}x eager, "
+            f"{by['triton'][5]:.2f}x compile)")
+    big = [r for r in rows if r[1] == "triton" and int(r[0][2:]) >= 24]
+    targets = {"fused >= 2x eager at n >= 2^24 (7n vs 3n bytes predicts 2.33x)": all(r[4] >= 2.0 for r in big),
+               "fused >= 0.95x torch.compile at n >= 2^24": all(r[5] >= 0.95 for r in big),
+               "fused >= 0.9x device copy bandwidth at n >= 2^24": all(r[6] >= 0.9 for r in big)}
+    notes += [f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()]
+    return {"columns": ["n (fp32)", "provider", "ms", "GB/s", "vs eager", "vs compile", "of roof"],
+            "rows": rows, "targets": targets, "notes": notes}
+
+
+def bench_roofline(repeats: int, peaks: dict) -> dict:
+    """Every kernel of the course (reference kernels of phases 1-4) and its PyTorch versions at one large size:
+    the comparison table and the roofline points (intensity = FLOPs / bytes each provider moves)."""
+    nb = _phase4()
+    roof = (peaks["copy_gbps"], peaks["cublas_fp16_tflops"])
+    kernels = nb.course_kernels(ROOT / "source" / "04_benchmarking")
+    rows, points, notes = [], [], []
+    for name, (flops, moved), inputs, reference, providers in nb.course_ops(kernels):
+        providers = dict(providers)
+        providers["compile"], compile_s = nb.compiled(providers["eager"], inputs)
+        times, failed = nb.run_benchmark(providers, reference, inputs, nb.gpu_timer, repeats)
+        for r in nb.comparison_table(times, flops, moved["triton"], *roof):
+            intensity = flops / moved[r["provider"]]
+            rows.append([name, r["provider"], r["ms"], r["gbps"], r["tflops"], r["vs_eager"], r["vs_compile"],
+                         r["roof"], intensity, nb.classify(intensity, *roof)])
+            points.append({"label": f"{name} / {r['provider']}", "provider": r["provider"],
+                           "intensity": intensity, "tflops": r["tflops"]})
+        notes.append(f"{name}: torch.compile (mode={nb.COMPILE_MODE!r}, dynamic=False) compiled in "
+                     f"{compile_s:.1f} s, not in the times")
+        notes += [f"{name}: {p} FAILED its check and was not timed: {m}" for p, m in failed.items()]
+        log(f"roofline {name}: " + ", ".join(f"{r[1]} {r[4]:.3g} TFLOP/s" for r in rows if r[0] == name))
+    return {"columns": ["op", "provider", "ms", "GB/s", "TFLOP/s", "vs eager", "vs compile", "of roof",
+                        "FLOP/byte", "bound"],
+            "rows": rows, "points": points, "notes": notes}
+
+
+# BENCHMARKS = {..., "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline}
+
+
+BENCHMARKS = {"vector_add": bench_vector_add, "softmax": bench_softmax, "matmul_relu": bench_matmul_relu,
+              "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline}
 
 
 def run_bench(repeats: int, sections: list[str]) -> dict:

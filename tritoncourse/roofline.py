@@ -35,7 +35,7 @@ def plot_roofline(points: list[dict], peak_gbps: float, peak_tflops: float, roof
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 5))
+        _, ax = plt.subplots(figsize=(9, 5))
     intensities = [p["intensity"] for p in points if p.get("intensity", 0) > 0]
     ridge = peak_tflops * 1e3 / peak_gbps  # only to choose the x range
     lo = min(intensities + [ridge]) / 4
@@ -51,12 +51,15 @@ def plot_roofline(points: list[dict], peak_gbps: float, peak_tflops: float, roof
                     xytext=(4, -14), fontsize=8, color="grey")
     else:
         notes.append("no roof: write roof_tflops (section 7) to draw it")
+    ops = list(dict.fromkeys(p["label"].split(" / ")[0] for p in points))  # one colour per operation
+    colours = {op: f"C{i % 10}" for i, op in enumerate(ops)}
     for p in points:
         if p.get("intensity", 0) <= 0 or p.get("tflops", 0) <= 0:
             continue
         bound = _try(classify, p["intensity"], peak_gbps, peak_tflops)
         label = p["label"] + (f" ({bound})" if isinstance(bound, str) else "")
         ax.scatter([p["intensity"]], [p["tflops"]], marker=MARKERS.get(p.get("provider", ""), "o"), s=45,
+                   color=colours[p["label"].split(" / ")[0]], edgecolors="black", linewidths=0.5,
                    label=label, zorder=3)
     if classify is not None and all(_try(classify, p["intensity"], peak_gbps, peak_tflops) is None
                                     for p in points if p.get("intensity", 0) > 0):
@@ -67,7 +70,7 @@ def plot_roofline(points: list[dict], peak_gbps: float, peak_tflops: float, roof
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title + ("\n" + "; ".join(notes) if notes else ""), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return ax
 
 

@@ -44,11 +44,15 @@ def add_relu_mul_ref(x: torch.Tensor, bias: torch.Tensor, scale: float) -> torch
     return (torch.relu(x.double() + bias.double()) * scale).to(x.dtype)
 
 
-def run_add_relu_mul(kernel, x, bias, out, scale: float, block_size: int, *, context: str, device: str) -> None:
-    """Launch the kernel as the notebook's wrapper does: a 1-D grid of cdiv(n, BLOCK_SIZE) programs."""
+def run_add_relu_mul(kernel, x, bias, out, scale: float, block_size: int, *, context: str, device: str,
+                     fence_stage: str | None = None) -> None:
+    """Launch the kernel as the notebook's wrapper does: a 1-D grid of cdiv(n, BLOCK_SIZE) programs.
+
+    ``fence_stage``: what a crash means during a fenced run (an unmasked load), instead of "running ...".
+    """
     n = out.numel()
     launch(kernel, (triton.cdiv(n, block_size),), (x, bias, out, scale, n), {"BLOCK_SIZE": block_size},
-           name=KERNEL, signature=SIGNATURE, context=context, device=device)
+           name=KERNEL, signature=SIGNATURE, context=context, device=device, stage_text=fence_stage)
 
 
 def diagnose_add_relu_mul(out, x, bias, scale: float, expected, block_size: int) -> str:
@@ -112,8 +116,9 @@ def check_add_relu_mul(kernel, n: int, block_size: int, dtype: torch.dtype = tor
     context = (f"n_elements={n}, BLOCK_SIZE={block_size}, scale={scale:g}, "
                f"{str(dtype).replace('torch.', '')}, seed {seed}")
 
-    gx, gb = guarded_copy(x.to(device)), guarded_copy(bias.to(device))
-    gout = guarded_empty((n,), dtype, device)
+    pad = max(64, block_size)  # guards at least one block wide: a stray lane lands in a guard
+    gx, gb = guarded_copy(x.to(device), pad), guarded_copy(bias.to(device), pad)
+    gout = guarded_empty((n,), dtype, device, pad)
     run_add_relu_mul(kernel, gx.view, gb.view, gout.view, scale, block_size, context=context, device=device)
 
     if not (torch.equal(gx.view.cpu(), x) and torch.equal(gb.view.cpu(), bias)):
@@ -138,11 +143,11 @@ def check_add_relu_mul(kernel, n: int, block_size: int, dtype: torch.dtype = tor
     if fence_supported(device):
         for side in ("end", "start"):
             (fx, keep_x), (fb, keep_b) = fenced_copy(x.to(device), side), fenced_copy(bias.to(device), side)
-            out = guarded_empty((n,), dtype, device)
+            out = guarded_empty((n,), dtype, device, pad)
             where = "end exactly where" if side == "end" else "start exactly where"
-            stage(f"FENCE-READ: running `{KERNEL}` on x and bias that {where} unreadable memory begins "
-                  f"({context})")
-            run_add_relu_mul(kernel, fx, fb, out.view, scale, block_size, context=context, device=device)
+            fence = f"FENCE-READ: running `{KERNEL}` on x and bias that {where} unreadable memory begins ({context})"
+            run_add_relu_mul(kernel, fx, fb, out.view, scale, block_size, context=context, device=device,
+                             fence_stage=fence)
             ok, msg = compare(out.view, expected)
             if not ok:
                 raise KernelCheckError(f"Wrong values on the second run ({context}).\n{msg}")

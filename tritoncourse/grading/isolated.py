@@ -27,7 +27,8 @@ RUNNER = Path(__file__).with_name("runner.py")
 ZYGOTE = Path(__file__).with_name("zygote.py")
 MAGIC = "%%kernel_test"
 DEFAULT_TIMEOUT = 120.0
-KERNEL_HEADER = "import math\nimport triton\nimport triton.language as tl\n\n"
+# The modules a learner's definitions may use (see source.py's lint): imported for them.
+KERNEL_HEADER = "import math\nimport statistics\n\nimport torch\nimport triton\nimport triton.language as tl\n\n"
 # Names the runner defines for every test; never taken from the learner's notebook.
 PROVIDED = {"torch", "triton", "tl", "math", "DEVICE"}
 

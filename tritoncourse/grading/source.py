@@ -100,6 +100,9 @@ def free_names(tree: ast.AST) -> set[str]:
                 for a in (node.args.vararg, node.args.kwarg):
                     if a is not None:
                         bound.add(a.arg)
+        elif isinstance(node, ast.Lambda):
+            for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                bound.add(a.arg)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 bound.add((alias.asname or alias.name).split(".")[0])

@@ -86,7 +86,8 @@ def classify(intensity, peak_gbps, peak_tflops):
 
 # ---- everything else as in the reference ----
 def add_relu_mul_cost(n, dtype):
-    """relu(x + bias) * scale over n elements: (FLOPs, {"triton", "eager", "compile": bytes})."""
+    """relu(x + bias) * scale over n elements: (FLOPs, {"triton", "eager", "compile": bytes}).
+    Raises ValueError when n < 1."""
     if n <= 0:
         raise ValueError(f"n = {n}: the vectors need at least one element")
     b = dtype.itemsize
@@ -97,7 +98,7 @@ def add_relu_mul_cost(n, dtype):
 
 def softmax_cost(n_rows, n_cols, dtype):
     """Row softmax of an n_rows x n_cols matrix (phase 2):
-    (FLOPs, {"triton", "online", "eager", "unfused", "compile": bytes})."""
+    (FLOPs, {"triton", "online", "eager", "unfused", "compile": bytes}). Raises ValueError for a size < 1."""
     if n_rows <= 0 or n_cols <= 0:
         raise ValueError(f"n_rows = {n_rows}, n_cols = {n_cols}: both must be at least 1")
     M, N, b = n_rows, n_cols, dtype.itemsize
@@ -108,7 +109,7 @@ def softmax_cost(n_rows, n_cols, dtype):
 
 def matmul_relu_cost(M, N, K, dtype):
     """relu(A @ B) with A: M x K, B: K x N, C: M x N, all of dtype (phase 3):
-    (FLOPs, {"triton", "eager", "compile": bytes})."""
+    (FLOPs, {"triton", "eager", "compile": bytes}). Raises ValueError for a size < 1."""
     if M <= 0 or N <= 0 or K <= 0:
         raise ValueError(f"M = {M}, N = {N}, K = {K}: all must be at least 1")
     b = dtype.itemsize

@@ -42,7 +42,8 @@ def triton_add_relu_mul_kernel(
 
 
 def gbps(n_bytes, ms):
-    """Bandwidth in GB/s (1 GB = 1e9 bytes) of moving n_bytes in ms milliseconds."""
+    """Bandwidth in GB/s (1 GB = 1e9 bytes) of moving n_bytes in ms milliseconds.
+    Raises ValueError when ms <= 0 or n_bytes < 0."""
     if ms <= 0:
         raise ValueError(f"ms = {ms}: a measured time must be positive")
     if n_bytes < 0:
@@ -51,7 +52,8 @@ def gbps(n_bytes, ms):
 
 
 def tflops(n_flops, ms):
-    """Throughput in TFLOP/s (1 TFLOP = 1e12 FLOPs) of n_flops done in ms milliseconds."""
+    """Throughput in TFLOP/s (1 TFLOP = 1e12 FLOPs) of n_flops done in ms milliseconds.
+    Raises ValueError when ms <= 0 or n_flops < 0."""
     if ms <= 0:
         raise ValueError(f"ms = {ms}: a measured time must be positive")
     if n_flops < 0:
@@ -60,7 +62,8 @@ def tflops(n_flops, ms):
 
 
 def add_relu_mul_cost(n, dtype):
-    """relu(x + bias) * scale over n elements: (FLOPs, {"triton", "eager", "compile": bytes})."""
+    """relu(x + bias) * scale over n elements: (FLOPs, {"triton", "eager", "compile": bytes}).
+    Raises ValueError when n < 1."""
     if n <= 0:
         raise ValueError(f"n = {n}: the vectors need at least one element")
     b = dtype.itemsize
@@ -71,7 +74,7 @@ def add_relu_mul_cost(n, dtype):
 
 def softmax_cost(n_rows, n_cols, dtype):
     """Row softmax of an n_rows x n_cols matrix (phase 2):
-    (FLOPs, {"triton", "online", "eager", "unfused", "compile": bytes})."""
+    (FLOPs, {"triton", "online", "eager", "unfused", "compile": bytes}). Raises ValueError for a size < 1."""
     if n_rows <= 0 or n_cols <= 0:
         raise ValueError(f"n_rows = {n_rows}, n_cols = {n_cols}: both must be at least 1")
     M, N, b = n_rows, n_cols, dtype.itemsize
@@ -82,7 +85,7 @@ def softmax_cost(n_rows, n_cols, dtype):
 
 def matmul_relu_cost(M, N, K, dtype):
     """relu(A @ B) with A: M x K, B: K x N, C: M x N, all of dtype (phase 3):
-    (FLOPs, {"triton", "eager", "compile": bytes})."""
+    (FLOPs, {"triton", "eager", "compile": bytes}). Raises ValueError for a size < 1."""
     if M <= 0 or N <= 0 or K <= 0:
         raise ValueError(f"M = {M}, N = {N}, K = {K}: all must be at least 1")
     b = dtype.itemsize
@@ -115,7 +118,8 @@ def comparison_table(times, flops, n_bytes, peak_gbps, peak_tflops):
 
 
 def roof_tflops(intensity, peak_gbps, peak_tflops):
-    """The roofline: the most TFLOP/s a kernel of this intensity (FLOP/byte) can reach."""
+    """The roofline: the most TFLOP/s a kernel of this intensity (FLOP/byte) can reach on a device of
+    peak_gbps GB/s and peak_tflops TFLOP/s."""
     return min(peak_tflops, intensity * peak_gbps / 1e3)  # FLOP/byte x GB/s = GFLOP/s
 
 
