@@ -185,3 +185,21 @@ def test_reference_passes_and_a_missing_relu_is_named(tmp_path):
     assert broken != source
     with pytest.raises(KernelCheckError, match="ReLU is missing"):
         mr.check_matmul_relu(_kernel(broken, tmp_path, "norelu"), **kw)
+
+
+@pytest.mark.parametrize("nan_becomes", [float("nan"), 0.0], ids=["interpreter", "gpu"])
+def test_unmasked_k_tail_is_named_whether_relu_keeps_nan_or_not(nan_becomes):
+    """On the interpreter NaN read from a guard reaches C; on a GPU tl.maximum(NaN, 0.0) turns it into 0.
+    Both must be recognised as a K tail read past K (A only: its last row reads the guard)."""
+    M, N, K, BK = 32, 32, 33, 32
+    a, b = mr.make_inputs(M, N, K, 3)
+    av, ga = mr._place(a, "contiguous", 64, "cpu")
+    bv, gb = mr._place(b, "contiguous", 64, "cpu")
+    c, _ = mr._place_output(M, N, "contiguous", 64, "cpu")
+    out = torch.relu(a.float() @ b.float())
+    out[-1] = nan_becomes  # A's unmasked tail: rows 0..30 read the next row (times B's masked 0), row 31 NaN
+    said = mr.diagnose(out.half(), a, b, 16, 16, BK, (av, bv, c), ("contiguous",) * 3, (ga.buffer, gb.buffer))
+    assert "loads of A in the last K step read past K" in said
+    out[:] = nan_becomes  # both unmasked: B's rows past K are guard, every output is poisoned
+    said = mr.diagnose(out.half(), a, b, 16, 16, BK, (av, bv, c), ("contiguous",) * 3, (ga.buffer, gb.buffer))
+    assert "loads of A and B in the last K step read past K" in said

@@ -86,7 +86,7 @@ def results_markdown(results: dict | None = None) -> str:
             lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
         if table.get("notes"):
             lines.append("")
-            lines += [f"- target {note}" for note in table["notes"]]
+            lines += [f"- {note}" for note in table["notes"]]
     return "\n".join(lines) + "\n"
 
 

@@ -234,17 +234,52 @@ def _stride_hint(a, b, c, layouts: tuple[str, str, str]) -> str:
             "(not K or N as row lengths, and each matrix with its own strides).")
 
 
-def _read_as(view: torch.Tensor, base: torch.Tensor, strides: tuple[int, int]) -> torch.Tensor:
-    """What a kernel reads for ``view``'s elements when it addresses them with ``strides`` instead of the
-    view's own: read from the guard buffer ``base`` (NaN outside it), as fp32 on the CPU."""
+def _read_as(view: torch.Tensor, base: torch.Tensor, strides: tuple[int, int], shape=None) -> torch.Tensor:
+    """What a kernel reads for ``view``'s elements (or a ``shape`` from its first element on) when it
+    addresses them with ``strides``: read from the guard buffer ``base`` (NaN outside it), fp32, CPU."""
     flat = base.detach().reshape(-1).float().cpu()
     start = view.storage_offset() - base.storage_offset()
-    rows, cols = view.shape
+    rows, cols = view.shape if shape is None else shape
     idx = start + torch.arange(rows)[:, None] * strides[0] + torch.arange(cols)[None, :] * strides[1]
     inside = (idx >= 0) & (idx < flat.numel())
     values = torch.full((rows, cols), float("nan"))
     values[inside] = flat[idx[inside]]
     return values
+
+
+def _matches_poisoned(out: torch.Tensor, product: torch.Tensor) -> bool:
+    """Does ``out`` equal relu(``product``), where NaN (read from a guard) either stays NaN (the
+    interpreter: numpy's maximum) or is turned into 0 by the ReLU (a GPU: tl.maximum(NaN, 0.0) = 0)?"""
+    kept = torch.relu(product)
+    if _close(out, kept):
+        return True
+    nan = torch.isnan(product)
+    return bool(nan.any()) and _close(out, torch.where(nan, 0.0, kept))
+
+
+def _k_tail_unmasked(out: torch.Tensor, views, bases, block_k: int) -> str:
+    """Which loads ('A', 'B', 'A and B') read the last K step past K unmasked, if that explains ``out``."""
+    a, b, _ = views
+    ga, gb = bases
+    M, K = a.shape
+    N = b.shape[1]
+    k_pad = triton.cdiv(K, block_k) * block_k
+    if k_pad == K:
+        return ""
+    a_wide = _read_as(a, ga, tuple(a.stride()), (M, k_pad))
+    b_wide = _read_as(b, gb, tuple(b.stride()), (k_pad, N))
+    a_masked, b_masked = a_wide.clone(), b_wide.clone()
+    a_masked[:, K:] = 0.0
+    b_masked[K:] = 0.0
+    for a_x, b_x, which in ((a_wide, b_wide, "A and B"), (a_wide, b_masked, "A"), (a_masked, b_wide, "B")):
+        # NaN times anything, 0 included, is NaN: a NaN in row m of A or column n of B poisons C[m, n].
+        poisoned = torch.isnan(a_x).any(1)[:, None] | torch.isnan(b_x).any(0)[None, :]
+        if not poisoned.any():
+            continue
+        product = torch.nan_to_num(a_x) @ torch.nan_to_num(b_x)
+        if _matches_poisoned(out, torch.where(poisoned, float("nan"), product)):
+            return which
+    return ""
 
 
 def _stride_mixup(out: torch.Tensor, views, bases) -> str:
@@ -263,13 +298,13 @@ def _stride_mixup(out: torch.Tensor, views, bases) -> str:
         (sa, (sb[1], sb[0]), "stride_bk and stride_bn are swapped: B[k, n] is at b_ptr + k * stride_bk + "
          "n * stride_bn"),
     ]
-    if torch.isnan(out).all():
+    if torch.isnan(out).all() or (out == 0).all():
         return ""  # nothing to tell the candidates apart
     for strides_a, strides_b, words in candidates:
         if (strides_a, strides_b) == (sa, sb):
             continue
-        simulated = torch.relu(_read_as(a, ga, strides_a) @ _read_as(b, gb, strides_b))
-        if not torch.isnan(simulated).all() and _close(out, simulated):
+        product = _read_as(a, ga, strides_a) @ _read_as(b, gb, strides_b)
+        if not torch.isnan(product).all() and _matches_poisoned(out, product):
             return f"a stride mix-up: {words}."
     return ""
 
@@ -305,6 +340,12 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
         mixup = _stride_mixup(out, views, bases)
         if mixup:
             return mixup
+    tail = _k_tail_unmasked(out, views, bases, block_k) if views is not None and bases is not None else ""
+    if tail:
+        return (f"the loads of {tail} in the last K step read past K (here K = {K} is not a multiple of "
+                f"BLOCK_K = {block_k}): the memory around A and B holds NaN in this test and 0 * NaN = NaN, "
+                "so masking only one of the two loads is not enough (on a GPU, tl.maximum(NaN, 0.0) is 0, so "
+                "those outputs come out 0). Mask both A's and B's loads with their k index < K (other=0.0).")
     nan = torch.isnan(out)
     if nan.any():
         r, c = nan.nonzero()[0].tolist()
@@ -318,6 +359,16 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
         return (f"C[{r}, {c}] is NaN: the kernel read outside A or B (the memory around them holds NaN in "
                 "this test). Check the load masks and that A and B are addressed with their own strides.")
     lin = _linear(a, b)
+    if (out == 0).all() and views is not None and any(lay != "contiguous" for lay in layouts) \
+            and not K % block_k:
+        return ("C is all zeros: every output read NaN from outside A or B (this test surrounds them with NaN, "
+                "and on a GPU tl.maximum(NaN, 0.0) is 0); " + _stride_hint(*views, layouts))
+    if (out == 0).all():
+        return ("C is all zeros. Either the K loop never ran or its products are not added to the accumulator "
+                "(for K < BLOCK_K there is still one step: tl.cdiv(K, BLOCK_K) = 1, while K // BLOCK_K = 0), "
+                "or every output read NaN from outside A or B (this test surrounds them with NaN, and on a GPU "
+                "tl.maximum(NaN, 0.0) is 0): check the loop bound, the load masks (k < K for both A and B) and "
+                "that A and B are addressed with their own strides.")
     if (out < 0).any():
         if _close(out, lin):
             return ("C has the negative values of A @ B: the ReLU is missing. Apply "
@@ -345,9 +396,6 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
         return (f"C matches A @ B over the first {k_early} of K = {K} elements: the K loop stops one tile "
                 "early. Loop over all tl.cdiv(K, BLOCK_K) tiles (range(0, tl.cdiv(K, BLOCK_K))).")
     ref = torch.relu(lin)
-    if (out == 0).all():
-        return ("C is all zeros: the K loop never ran, or its products are not added to the accumulator. "
-                "For K < BLOCK_K there is still one tile: tl.cdiv(K, BLOCK_K) = 1, K // BLOCK_K = 0.")
     rel = ((out - ref).abs() / ref.abs().clamp(min=1.0)).max().item()
     if rel < 3e-2:
         return ("the values are close but not within fp16 rounding of the fp32 result: accumulate in fp32 "

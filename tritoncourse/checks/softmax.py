@@ -28,7 +28,7 @@ import triton
 from ..checking import (OUTPUT_SENTINEL, Fenced, KernelCheckError, compare, fence_supported, fresh_seed,
                         generator, stage)
 from ..device import infer_device
-from . import launch, require_triton_kernel
+from . import explain_launch_error, launch, require_triton_kernel
 
 SOFTMAX = "triton_softmax_kernel"
 ONLINE = "triton_online_softmax_kernel"
@@ -168,15 +168,25 @@ class Rows:
 
 
 class FencedRows:
-    """An input matrix whose last row ends (``side='end'``) or whose first row starts (``'start'``)
-    exactly at an unreadable page: an unmasked lane beyond it crashes the check at once."""
+    """An input matrix whose last row ends (``side='end'``) or whose first row starts (``'start'``) exactly
+    where readable memory does: an unmasked lane beyond it is caught at once.
 
-    def __init__(self, x: torch.Tensor, stride: int, side: str):
+    On the interpreter the neighbouring page is unreadable (a :class:`Fenced` buffer: the process dies
+    with SIGSEGV); on a GPU the rows get an allocation of their own, exactly as long as they are, which
+    compute-sanitizer's memcheck fences.
+    """
+
+    def __init__(self, x: torch.Tensor, stride: int, side: str, device: str):
         n_rows, n_cols = x.shape
-        self._fence = Fenced((n_rows - 1) * stride + n_cols, x.dtype, side)  # keeps the mapping alive
-        self._fence.tensor.fill_(float("nan"))
-        self.view = self._fence.tensor.as_strided((n_rows, n_cols), (stride, 1))
-        self.view.copy_(x)
+        span = (n_rows - 1) * stride + n_cols
+        if device == "cpu":
+            self._fence = Fenced(span, x.dtype, side)  # keeps the mapping alive
+            flat = self._fence.tensor
+        else:
+            flat = torch.empty(span, dtype=x.dtype, device=device)
+        flat.fill_(float("nan"))
+        self.view = flat.as_strided((n_rows, n_cols), (stride, 1))
+        self.view.copy_(x.to(device))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -269,11 +279,24 @@ def _tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return atol, rtol
 
 
-def _launch(kernel, case: _Case, args: tuple, device: str, n_rows: int | None = None) -> None:
+def _launch(kernel, case: _Case, args: tuple, device: str, n_rows: int | None = None,
+            fence_stage: str | None = None) -> None:
+    """Launch like the wrappers do (grid (n_rows,)); errors explained. ``fence_stage``: the stage to record
+    for a fenced run (the shared ``launch`` would overwrite it with a plain "running ...")."""
     grid = (case.n_rows if n_rows is None else n_rows,)
+    name, signature = case.kernel_name, SIGNATURES[case.kernel_name]
     try:
-        launch(kernel, grid, args, {"BLOCK_SIZE": case.block}, name=case.kernel_name,
-               signature=SIGNATURES[case.kernel_name], context=case.context(), device=device)
+        if fence_stage is None:
+            launch(kernel, grid, args, {"BLOCK_SIZE": case.block}, name=name, signature=signature,
+                   context=case.context(), device=device)
+        else:
+            stage(fence_stage)
+            try:
+                kernel[grid](*args, BLOCK_SIZE=case.block)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+            except Exception as err:  # the learner's kernel may raise anything
+                raise explain_launch_error(err, name, signature, case.context()) from None
     except KernelCheckError as err:
         text = str(err)
         if "Expected dtype" in text and "fp16" in text:
@@ -348,15 +371,16 @@ def _pad_after(n_rows: int, n_cols: int, block: int, strides: dict[str, int]) ->
 
 def _fenced_runs(kernel, case: _Case, x: torch.Tensor, expected: torch.Tensor, device: str,
                  run, what: str) -> None:
-    """Run again with the inputs ending (then starting) exactly at an unreadable page: 2 rows each way."""
+    """Run again with the inputs ending (then starting) exactly where readable memory does: 2 rows each way.
+    On the interpreter always; on a GPU only under compute-sanitizer (:func:`fence_supported`)."""
     if not fence_supported(device):
         return
     for side in ("end", "start"):
         rows = slice(-2, None) if side == "end" else slice(0, 2)
-        edge = "last row ends exactly where" if side == "end" else "first row starts exactly where"
-        stage(f"FENCE-READ: running `{case.kernel_name}` on {what} whose {edge} an unreadable page begins "
-              f"({case.context()})")
-        out = run(rows, side)
+        edge = "last row ends exactly where readable memory ends" if side == "end" else \
+            "first row starts exactly where readable memory starts"
+        out = run(rows, side, f"FENCE-READ: running `{case.kernel_name}` on {what} whose {edge} "
+                              f"({case.context()})")
         atol, rtol = _tolerance(case.dtype)
         ok, msg = compare(out, expected[rows], atol=atol, rtol=rtol)
         if not ok:
@@ -385,12 +409,12 @@ def _forward(kernel, kernel_name: str, n_rows: int, n_cols: int, block: int, dty
         raise _explain_stray_stores(gout, stray, case, "output_row_stride", {"input_row_stride": strides["input"]})
     _check_values(gout.view, expected, case, lambda: explain(gout.view.cpu(), x, expected, case, gin))
 
-    def run(rows, side):
+    def run(rows, side, fence_stage):
         xs = x[rows]
-        fin = FencedRows(xs, strides["input"], side)
+        fin = FencedRows(xs, strides["input"], side, device)
         out = Rows(xs.shape[0], n_cols, strides["output"], dtype, device, OUTPUT_SENTINEL, pad_after=pad)
         _launch(kernel, case, (out.view, fin.view, strides["input"], strides["output"], xs.shape[0], n_cols),
-                device, n_rows=xs.shape[0])
+                device, n_rows=xs.shape[0], fence_stage=fence_stage)
         return out.view
     _fenced_runs(kernel, case, x, expected, device, run, "input rows")
     stage("done")
@@ -555,12 +579,12 @@ def check_softmax_backward(kernel, n_rows: int, n_cols: int, dtype: torch.dtype 
                                      "grad_output_row_stride": strides["grad_output"]})
     _check_values(gdx.view, expected, case, lambda: _explain_backward(gdx.view.cpu(), y, dy, expected, case))
 
-    def run(rows, side):
-        fy = FencedRows(y[rows], strides["output"], side)
-        fdy = FencedRows(dy[rows], strides["grad_output"], side)
+    def run(rows, side, fence_stage):
+        fy = FencedRows(y[rows], strides["output"], side, device)
+        fdy = FencedRows(dy[rows], strides["grad_output"], side, device)
         m = fy.view.shape[0]
         out = Rows(m, n_cols, strides["grad_input"], dtype, device, OUTPUT_SENTINEL, pad_after=pad)
-        _launch(kernel, case, args(out.view, fy.view, fdy.view, m), device, n_rows=m)
+        _launch(kernel, case, args(out.view, fy.view, fdy.view, m), device, n_rows=m, fence_stage=fence_stage)
         return out.view
     _fenced_runs(kernel, case, y, expected, device, run, "y and dy")
     stage("done")

@@ -237,7 +237,8 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
         use_sanitizer = device == "cuda" and sanitizer_enabled(env)
         if use_sanitizer:
             env.update(PYTORCH_NO_CUDA_MEMORY_CACHING="1", TRITONCOURSE_SANITIZER="1")
-            cmd = [shutil.which("compute-sanitizer"), "--tool", "memcheck", "--error-exitcode", "86"] + cmd
+            cmd = [shutil.which("compute-sanitizer"), "--tool", "memcheck", "--padding", "65536",
+                   "--error-exitcode", "86"] + cmd
         start = time.monotonic()
         zygote = _warm_zygote() if device == "cpu" else None
         returncode = None

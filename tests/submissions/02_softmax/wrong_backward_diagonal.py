@@ -1,5 +1,5 @@
 # dx = y * (1 - y) * dy: only the diagonal of the Jacobian.
-# expect-fail: test_softmax_backward_values test_softmax_backward_strided_rows test_softmax_backward_fp16
+# expect-fail: test_softmax_backward_values test_softmax_backward_strided_rows
 # expect-message: diagonal of the Jacobian
 # replaces: softmax_backward_kernel
 @triton.jit

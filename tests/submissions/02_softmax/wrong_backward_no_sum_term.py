@@ -1,5 +1,5 @@
 # dx = y * dy: the sum over the row is missing.
-# expect-fail: test_softmax_backward_values test_softmax_backward_strided_rows test_softmax_backward_fp16
+# expect-fail: test_softmax_backward_values test_softmax_backward_strided_rows
 # expect-message: misses the second term
 # replaces: softmax_backward_kernel
 @triton.jit
