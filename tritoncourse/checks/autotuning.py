@@ -244,7 +244,8 @@ def _report_limits(name: str, configs, problems: dict[int, list[str]], rules: st
     if len(problems) > 5:
         lines.append(f"  ... and {len(problems) - 5} more config(s)")
     raise KernelCheckError(
-        f"{len(problems)} of the {len(configs)} configs of `{name}` break a hardware limit:\n" + "\n".join(lines)
+        f"{len(problems)} of the {len(configs)} configs of `{name}` break{'s' if len(problems) == 1 else ''} "
+        "a hardware limit:\n" + "\n".join(lines)
         + f"\nLikely cause: {rules}")
 
 
@@ -330,7 +331,24 @@ def _launch(kernel, grid, args, meta: dict, *, name: str, context: str, device: 
     except KernelCheckError:
         raise
     except Exception as err:  # the learner's kernel may raise anything
-        raise explain_launch_error(err, name, SIGNATURES[name], context) from None
+        raise _explained(err, name, context) from None
+
+
+def _explained(err: BaseException, name: str, context: str) -> KernelCheckError:
+    """explain_launch_error, with the causes a config (rather than the kernel's code) usually has."""
+    found = explain_launch_error(err, name, SIGNATURES[name], context)
+    text = f"{err!r} {err.__cause__!r}"
+    hint = None
+    if "power of 2" in text:
+        hint = "a block size of this config is not a power of two (tl.arange needs one)."
+    elif "missing a required argument" in text or "missing" in text and "argument" in text:
+        hint = f"this config does not set every meta-parameter of the kernel ({', '.join(META[name])})."
+    elif "unexpected keyword argument" in text or "got an unexpected" in text:
+        hint = "this config sets a name that is not an argument of the kernel (a misspelt meta-parameter?)."
+    if hint is None:
+        return found
+    head = str(found).split("\nLikely cause:")[0]
+    return KernelCheckError(f"{head}\nLikely cause: {hint}")
 
 
 def _config_meta(config) -> dict:
@@ -650,8 +668,10 @@ def check_every_matmul_config(kernel, M: int = 40, N: int = 50, K: int = 70, see
 
 # ----------------------------------------------------------------------------------- the autotuner runs
 def check_matmul_autotuner(kernel, M: int = 40, N: int = 50, K: int = 70, seed: int | None = None) -> None:
-    """The autotuner itself runs (with a CPU timer on the interpreter): it times every config, its
-    ``best_config`` is the fastest of its ``configs_timings``, and the tuned launch gives relu(A @ B)."""
+    """The autotuner itself runs (with a CPU timer on the interpreter): it times every config of the list, its
+    ``best_config`` is the fastest of its ``configs_timings``, and the tuned launch is that config's launch (C is
+    what best_config gives when launched directly). Whether each config is *correct* is
+    :func:`check_every_matmul_config`'s question: which config wins here depends on the timer."""
     tuner = autotuner_of(kernel, MATMUL)
     device = infer_device()
     seed = fresh_seed() if seed is None else seed
@@ -667,9 +687,12 @@ def check_matmul_autotuner(kernel, M: int = 40, N: int = 50, K: int = 70, seed: 
 
     tuner.do_bench = timer
     tuner.cache.clear()
-    ga = Strided.copy_of(a, device)
-    gb = Strided.copy_of(b, device)
-    gc = Strided.make(M, N, torch.float16, device, OUTPUT_SENTINEL)
+    blocks = [v for c in tuner.configs for k, v in getattr(c, "kwargs", {}).items()
+              if k.startswith("BLOCK") and isinstance(v, int)]
+    pad = (min(max(blocks + [64]), 1024) + 16) * (max(M, N, K) + 16)  # room for a whole stray tile
+    ga = Strided.copy_of(a, device, pad=pad)
+    gb = Strided.copy_of(b, device, pad=pad)
+    gc = Strided.make(M, N, torch.float16, device, OUTPUT_SENTINEL, pad=pad)
     gc.view.fill_(UNWRITTEN)
 
     def grid(meta):
@@ -683,30 +706,37 @@ def check_matmul_autotuner(kernel, M: int = 40, N: int = 50, K: int = 70, seed: 
     except KernelCheckError:
         raise
     except Exception as err:
-        raise explain_launch_error(err, MATMUL, SIGNATURES[MATMUL], context) from None
+        raise _explained(err, MATMUL, context + "; the autotuner launches every config, and an error in any of "
+                                               "them stops it") from None
     n = len(tuner.configs)
     if n > 1 and len(calls) != n:
         raise KernelCheckError(f"The autotuner timed {len(calls)} configs, not the {n} of its list ({context}).\n"
                                "Likely cause: configs pruned away (prune_configs_by); let it time all of them.")
     best = getattr(tuner, "best_config", None)
     if best not in tuner.configs:
-        raise KernelCheckError(f"After tuning, best_config is {best!r}, not one of the configs ({context}).")
+        raise KernelCheckError(f"After tuning, best_config is {best!r}, not one of the configs ({context}).\n"
+                               "Likely cause: the autotuner was not used for this launch.")
     if n > 1:
         timings = tuner.configs_timings
         fastest = min(timings, key=timings.get)
         if timings[best] != timings[fastest]:
-            raise KernelCheckError(f"best_config ({describe(best)}) is not the fastest config timed ({context}).")
-    atol, rtol, _ = MATMUL_TOLERANCE
+            raise KernelCheckError(f"best_config ({describe(best)}) is not the fastest config timed ({context}).\n"
+                                   "Likely cause: the autotuner's choice was overridden.")
     if gc.stray() or ga.stray() or gb.stray():
         raise KernelCheckError(f"The tuned kernel wrote outside C ({context}; best config {describe(best)}).\n"
                                "Likely cause: a store that is not masked with rows < M and columns < N.")
-    ok, msg = compare(gc.view, matmul_relu_ref(a, b), atol=atol, rtol=rtol, name="C")
-    if not ok:
+    direct = Strided.make(M, N, torch.float16, device, OUTPUT_SENTINEL, pad=pad)
+    direct.view.fill_(UNWRITTEN)
+    meta = _config_meta(best)
+    _launch(tuner.fn, grid(meta), _matmul_args(ga.view, gb.view, direct.view), meta, name=MATMUL,
+            context=f"best_config {describe(best)} launched directly, {context}", device=device)
+    tuned, alone = gc.view.cpu().float(), direct.view.cpu().float()
+    if not torch.equal(torch.nan_to_num(tuned, nan=1.5e4), torch.nan_to_num(alone, nan=1.5e4)):
         raise KernelCheckError(
-            f"Wrong values after autotuning ({context}; best config {describe(best)}).\n{msg}\nLikely cause: "
-            "the autotuner ran every config on the same C; each run must write all of C (no accumulation into "
-            "C), and the last run uses the best config: "
-            f"{diagnose_matmul(gc.view, a, b, _config_meta(best))}")
+            f"The tuned launch's C differs from best_config's own ({context}; best config {describe(best)}).\n"
+            "Likely cause: the autotuner ran every config on the same C; each run must write all of C (no "
+            "accumulation into C, or reset_to_zero=['c_ptr']), so that the last run, with the best config, "
+            "leaves its own result.")
     stage("done")
 
 

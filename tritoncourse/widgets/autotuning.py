@@ -51,6 +51,7 @@ def draw_waves(size: int = 1536, tile: int = 128, programs_per_sm: int = 1, gpu:
                     va="center", fontsize=8, bbox=dict(fc="white", ec="none", alpha=0.85))
         ax.text(-0.01 * w["slots"], -i + 0.4, f"wave {wave + 1}", ha="right", va="center", fontsize=8)
     ax.set_xlim(-0.16 * w["slots"], w["slots"] * 1.02)
+    ax.set_xticks([t for t in ax.get_xticks() if 0 <= t <= w["slots"]])
     ax.set_ylim(-shown + 0.6, 1.2)
     ax.set_yticks([])
     ax.set_xlabel(f"program slots: {g.sms} SMs x {programs_per_sm} program(s) per SM = {w['slots']}", fontsize=8)
@@ -99,7 +100,7 @@ def draw_occupancy(num_warps: int = 4, registers: int = 128, shared_kb: int = 64
     names = list(occ["limits"])
     values = [occ["limits"][k] for k in names]
     for i, (name, v) in enumerate(zip(names, values)):
-        bound = name == occ["bound"]
+        bound = v == occ["programs"]  # every resource that allows no more than the result (ties included)
         ax.barh(i, v, color="#fd8d3c" if bound else "#c6dbef", edgecolor="black", hatch="//" if bound else None)
         ax.text(v + 0.3, i, f"{v}" + ("  <- the limit" if bound else ""), va="center", fontsize=8)
     ax.set_yticks(range(len(names)), names, fontsize=8)
@@ -174,7 +175,8 @@ def draw_heatmap(values: dict, xs, ys, xlabel: str, ylabel: str, unit: str, titl
     for i in range(len(ys)):
         for j in range(len(xs)):
             if finite[i, j]:
-                label = f"{grid[i, j]:.3g}" + ("\nbest" if best == (i, j) else "")
+                v = grid[i, j]
+                label = (f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}") + ("\nbest" if best == (i, j) else "")
                 ax.text(j, i, label, ha="center", va="center", fontsize=8,
                         color="black", bbox=dict(fc="white", ec="none", alpha=0.7, pad=1))
             else:
