@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..checking import fresh_seed
-from .source import Assembly, assemble
+from .source import Assembly, assemble, parse
 
 RUNNER = Path(__file__).with_name("runner.py")
 ZYGOTE = Path(__file__).with_name("zygote.py")
@@ -77,7 +77,7 @@ def hidden_only(body: str) -> bool:
     import ast
 
     try:
-        tree = ast.parse(body)
+        tree = parse(body)
     except SyntaxError:
         return False
     for stmt in tree.body:
@@ -94,7 +94,7 @@ def test_title(body: str) -> str:
     import ast
 
     try:
-        doc = ast.get_docstring(ast.parse(body))
+        doc = ast.get_docstring(parse(body))
     except SyntaxError:
         doc = None
     return (doc or "").strip().splitlines()[0] if doc else ""

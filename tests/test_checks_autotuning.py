@@ -1,0 +1,183 @@
+"""Phase 5's checks and widgets, without nbgrader: config spaces, keys, hardware limits, occupancy, the sweep
+widgets' recorded data. Kernels are tiny and run on the interpreter where there is no GPU."""
+import json
+
+import matplotlib
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+matplotlib.use("Agg")
+
+from tritoncourse.checking import KernelCheckError  # noqa: E402
+from tritoncourse.checks import autotuning as A  # noqa: E402
+
+
+@triton.jit
+def _matmul_signature(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                      stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr):
+    pass
+
+
+@triton.jit
+def _vector_add(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    tl.store(output_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+             mask=mask)
+
+
+def mm(bm=64, bn=64, bk=32, g=8, w=4, s=3):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g}, num_warps=w, num_stages=s)
+
+
+def tuned(fn, configs, key):
+    return triton.autotune(configs=configs, key=key)(fn)
+
+
+GOOD = [mm(), mm(128, 128, 32, 8, 4, 4)]
+
+
+def _fails(check, *args, match: str):
+    with pytest.raises(KernelCheckError) as info:
+        check(*args)
+    assert match in str(info.value), str(info.value)
+    return str(info.value)
+
+
+def test_estimates_of_shared_memory_and_registers():
+    """The numbers the notebook quotes: 128x128x32 with 4 stages is 64 KB and 128 registers per thread."""
+    c = mm(128, 128, 32, 8, 4, 4)
+    assert A.matmul_shared_memory(c) == 64 * 1024
+    assert A.matmul_accumulator_registers(c) == 128
+    assert A.matmul_shared_memory(mm(128, 256, 64, 8, 8, 3)) == 144 * 1024
+
+
+def test_config_space_accepts_the_reference_and_names_each_mistake():
+    A.check_config_space(tuned(_matmul_signature, GOOD, ["M", "N", "K"]), A.MATMUL)
+    _fails(A.check_config_space, tuned(_matmul_signature, [mm()], ["M"]), A.MATMUL, match="nothing to choose")
+    _fails(A.check_config_space, tuned(_matmul_signature, [mm(), mm()], ["M"]), A.MATMUL, match="are the same")
+    missing = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4)
+    _fails(A.check_config_space, tuned(_matmul_signature, [mm(), missing], ["M"]), A.MATMUL,
+           match="does not set GROUP_M")
+    extra = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4})
+    _fails(A.check_config_space, tuned(_matmul_signature, [mm(), extra], ["M"]), A.MATMUL,
+           match="not a meta-parameter")
+    _fails(A.check_config_space, _matmul_signature, A.MATMUL, match="not autotuned")
+    many = [mm(w=w, s=s, g=g) for w in (1, 2, 4, 8) for s in (1, 2, 3) for g in (1, 2, 4)]
+    _fails(A.check_config_space, tuned(_matmul_signature, many, ["M"]), A.MATMUL, match="more than 32")
+
+
+def test_key_must_name_every_size_and_only_arguments():
+    A.check_autotune_key(tuned(_matmul_signature, GOOD, ["K", "M", "N", "stride_am"]), A.MATMUL)
+    _fails(A.check_autotune_key, tuned(_matmul_signature, GOOD, ["M"]), A.MATMUL, match="leaves out N, K")
+    _fails(A.check_autotune_key, tuned(_matmul_signature, GOOD, []), A.MATMUL, match="leaves out M, N, K")
+    _fails(A.check_autotune_key, tuned(_matmul_signature, GOOD, ["m", "N", "K"]), A.MATMUL,
+           match="not an argument")
+    _fails(A.check_autotune_key, tuned(_matmul_signature, GOOD, ["M", "N", "K", "BLOCK_M"]), A.MATMUL,
+           match="autotuner itself chooses")
+
+
+def test_hardware_limits_of_matmul_configs(monkeypatch):
+    """Power of two, >= 16, registers, 99 KB unless listed as datacenter-only, 227 KB even then."""
+    A.check_matmul_configs_fit(tuned(_matmul_signature, GOOD, ["M"]))
+    cases = {
+        "not a power of two": mm(bn=48),
+        "tl.dot on an NVIDIA GPU": mm(bk=8),
+        "registers per thread": mm(256, 128, 16, 8, 2, 2),
+        "smallest supported GPUs allow 99 KB": mm(128, 128, 64, 8, 4, 4),
+        "num_warps = 3": mm(w=3),
+        "num_stages = 0": mm(s=0),
+        "GROUP_M = 0": mm(g=0),
+    }
+    for words, bad in cases.items():
+        _fails(A.check_matmul_configs_fit, tuned(_matmul_signature, GOOD + [bad], ["M"]), match=words)
+    big = mm(128, 256, 64, 8, 8, 3)  # 144 KB
+    monkeypatch.setitem(globals(), A.DATACENTER_LIST, [big])
+    A.check_matmul_configs_fit(tuned(_matmul_signature, GOOD + [big], ["M"]))
+    huge = mm(256, 256, 64, 8, 16, 4)  # 256 KB
+    monkeypatch.setitem(globals(), A.DATACENTER_LIST, [huge])
+    _fails(A.check_matmul_configs_fit, tuned(_matmul_signature, GOOD + [huge], ["M"]), match="227 KB")
+
+
+def test_block_configs_fit():
+    ok = [triton.Config({"BLOCK_SIZE": b}, num_warps=w) for b in (64, 1024) for w in (1, 8)]
+    A.check_block_configs_fit(tuned(_vector_add, ok, ["n_elements"]), A.VECTOR_ADD)
+    bad = ok + [triton.Config({"BLOCK_SIZE": 96}, num_warps=4)]
+    _fails(A.check_block_configs_fit, tuned(_vector_add, bad, ["n_elements"]), A.VECTOR_ADD,
+           match="BLOCK_SIZE = 96 is not a power of two")
+
+
+def test_grouped_order_is_phase_3s():
+    """The checks' grouped order and phase 3's picture agree, short last group included."""
+    from tritoncourse.widgets.matmul import program_order
+
+    for num_m, num_n, g in ((5, 3, 2), (7, 2, 3), (4, 4, 8), (3, 5, 1)):
+        ours = [A.grouped_tile(p, num_m, num_n, g) for p in range(num_m * num_n)]
+        assert ours == program_order(num_m, num_n, g)
+        assert sorted(ours) == [(m, n) for m in range(num_m) for n in range(num_n)]
+
+
+def test_occupancy_and_waves():
+    h100 = A.GPUS["H100 SXM / H200"]
+    occ = A.occupancy(4, 168, 64 * 1024, h100)
+    assert occ["programs"] == 3 and occ["limits"]["threads"] == 16
+    assert A.occupancy(4, 32, 230 * 1024, h100)["programs"] == 0  # over the per-program limit
+    w = A.waves(144, 1, h100)
+    assert (w["waves"], w["last_wave"]) == (2, 12) and abs(w["utilisation"] - 144 / 264) < 1e-9
+    assert A.waves(1024, 1, h100)["waves"] == 8
+
+
+def test_cpu_timer_follows_do_bench_conventions():
+    calls = []
+    assert len(A.cpu_do_bench(lambda: calls.append(1), quantiles=(0.5, 0.2, 0.8))) == 3
+    assert isinstance(A.cpu_do_bench(lambda: None), float) and calls == [1]
+
+
+@pytest.mark.skipif(A.infer_device() != "cpu", reason="runs the interpreter's fence")
+def test_every_vector_add_config_runs_and_a_broken_config_is_named():
+    configs = [triton.Config({"BLOCK_SIZE": b}, num_warps=4) for b in (32, 128)]
+    A.check_every_vector_add_config(tuned(_vector_add, configs, ["n_elements"]), n=200, seed=1)
+    broken = configs + [triton.Config({"BLOCK_SIZE": 96}, num_warps=4)]
+    msg = _fails(A.check_every_vector_add_config, tuned(_vector_add, broken, ["n_elements"]), 200, 1,
+                 match="config #2 of 3")
+    assert "not a power of two" in msg
+
+
+def test_sweep_widgets_show_recorded_data_or_say_there_is_none(tmp_path, capsys):
+    from tritoncourse.widgets import autotuning as W
+
+    missing = tmp_path / "none.json"
+    assert W.sweep_widget(None, path=missing) is None
+    assert "No recorded GPU sweep" in capsys.readouterr().out
+    W.show_recorded_table("resources", path=missing)
+    assert "No recorded GPU sweep 'resources'" in capsys.readouterr().out
+    rows = [[n, b, w, s, float(b * w + n % 7)] for n in (2**16, 2**20) for b in (64, 1024) for w in (1, 8)
+            for s in (1, 2)]
+    recorded = {"environment": {"gpu": "TEST GPU", "driver": "0", "torch": "t", "triton": "3.6.0", "date": "d"},
+                "benchmarks": {"autotuning": {
+                    "columns": ["kernel"], "rows": [],
+                    "vector_add_sweep": {"columns": ["n", "BLOCK_SIZE", "num_warps", "num_stages", "GB/s"],
+                                         "rows": rows},
+                    "resources": {"columns": ["config", "registers"], "rows": [["BLOCK_M=64", 96]]}}}}
+    path = tmp_path / "gpu-results.json"
+    path.write_text(json.dumps(recorded))
+    widget = W.sweep_widget(None, path=path)
+    assert widget is not None and "TEST GPU" in capsys.readouterr().out
+    W.show_recorded_table("resources", path=path)
+    assert "BLOCK_M=64" in capsys.readouterr().out
+
+
+def test_pictures_draw():
+    import matplotlib.pyplot as plt
+
+    from tritoncourse.widgets import autotuning as W
+
+    for fig in (W.draw_waves(1536, 128, 1), W.draw_occupancy(4, 168, 64),
+                W.draw_heatmap({(1, 64): 1.0, (8, 1024): 2.0}, [64, 1024], [1, 8], "BLOCK_SIZE", "num_warps",
+                               "GB/s", "t")):
+        plt.close(fig)
+    rows = W.config_budget(GOOD)
+    assert rows[1]["shared KB"] == 64 and rows[1]["acc regs/thread"] == 128
