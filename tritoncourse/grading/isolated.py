@@ -36,7 +36,7 @@ PROVIDED = {"torch", "triton", "tl", "math", "DEVICE"}
 @dataclass
 class Outcome:
     ok: bool
-    kind: str  # pass | fail | error | crash | timeout | invalid
+    kind: str  # pass | fail | error | crash | timeout | invalid | hidden | grader-error
     message: str
     seed: int
     seconds: float
@@ -54,12 +54,34 @@ class Outcome:
                 f"[seed {self.seed}: rerun with TRITONCOURSE_SEED={self.seed} to reproduce]")
 
 
+GRADER_ERROR = "grader-error"
+
+
+def grader_error_outcome(what: str, detail: str, seed: int, title: str = "") -> Outcome:
+    """The failed verdict of a test the grader could not judge because the grader itself failed."""
+    return Outcome(False, GRADER_ERROR,
+                   f"GRADER ERROR: the grader itself failed while {what}: {detail}\n"
+                   "This is not a verdict on your kernel: your notebook was kept; ask your instructor to regrade it.",
+                   seed, 0.0, title)
+
+
+def _first_line(cell_source: str) -> str:
+    """The first line that is not a comment (nbgrader puts a note before the magic of a restored cell)."""
+    text = cell_source.lstrip()
+    while text.startswith("#"):
+        text = text.partition("\n")[2].lstrip()
+    return text
+
+
+def is_kernel_test(cell_source: str) -> bool:
+    """Whether a cell is a ``%%kernel_test`` cell; never raises, even where parse_cell would."""
+    words = _first_line(cell_source).partition("\n")[0].split()
+    return bool(words) and words[0] == MAGIC
+
+
 def parse_cell(cell_source: str) -> tuple[dict, str] | None:
     """Split a ``%%kernel_test [--timeout S]`` cell into (options, test body); None if it is not one."""
-    text = cell_source.lstrip()
-    while text.startswith("#"):  # comments before the magic (nbgrader's note on a restored cell)
-        text = text.partition("\n")[2].lstrip()
-    first, _, body = text.partition("\n")
+    first, _, body = _first_line(cell_source).partition("\n")
     parts = shlex.split(first)
     if not parts or parts[0] != MAGIC:
         return None
@@ -142,14 +164,18 @@ class _Zygote:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            msg = json.loads(line)
+        try:
+            for line in self.proc.stdout:
+                msg = json.loads(line)
+                with self.changed:
+                    self.replies.setdefault(msg["id"], {}).update(msg)
+                    self.changed.notify_all()
+        finally:  # the zygote is gone (or talks nonsense): wake everybody, who then run without it
+            if self.proc.poll() is None:
+                self.proc.kill()
             with self.changed:
-                self.replies.setdefault(msg["id"], {}).update(msg)
+                self.replies["dead"] = {}
                 self.changed.notify_all()
-        with self.changed:  # the zygote is gone: wake everybody
-            self.replies["dead"] = {}
-            self.changed.notify_all()
 
     def alive(self) -> bool:
         return self.proc.poll() is None and "dead" not in self.replies
@@ -246,7 +272,7 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
             if zygote is None:
                 raise RuntimeError("no zygote")
             returncode = zygote.run(str(tmpd), env, str(tmpd / "out.txt"), timeout)
-        except RuntimeError:
+        except (RuntimeError, OSError):  # no zygote, or it died (a broken pipe): a plain fresh process
             returncode = _run_subprocess(cmd, tmp, env, tmpd / "out.txt", timeout)
         if returncode is None:
             seconds = time.monotonic() - start
@@ -264,6 +290,13 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
                            + _tail(output, 2000) + "\nLikely cause: a load or store outside a tensor: an unmasked load or store (a "
                            "tl.load or tl.store without a mask, or with a mask that lets lanes past the end through).",
                            seed, seconds, title)
+        if returncode > 0 and not result and not use_sanitizer:
+            # The runner reports every exception of the learner's kernel or the test; a signal is a crash. An
+            # exit code without a verdict is the runner itself failing (a bug of ours, a broken install).
+            return grader_error_outcome("starting the checking process",
+                                        f"it exited with code {returncode} without a verdict."
+                                        + ("\nLast output:\n" + _tail(output, 1500) if output.strip() else ""),
+                                        seed, title)
         if returncode < 0 or not result:
             return Outcome(False, "crash", _crash_message(returncode, _read(tmpd / "stage.txt"))
                            + ("\nLast output:\n" + _tail(output, 1500) if output.strip() else ""),

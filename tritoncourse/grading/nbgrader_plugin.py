@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from nbclient.exceptions import DeadKernelError
@@ -18,7 +20,8 @@ from traitlets import Bool, Float, Integer
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
 from nbgrader.utils import is_grade, is_solution
 
-from .isolated import parse_cell, run_cell
+from ..checking import fresh_seed
+from .isolated import GRADER_ERROR, Outcome, grader_error_outcome, is_kernel_test, parse_cell, run_cell, test_title
 from .source import kernels_from_notebook
 
 
@@ -29,6 +32,61 @@ def _error_output(ename: str, text: str) -> NotebookNode:
 
 def _stdout(text: str) -> NotebookNode:
     return NotebookNode(output_type="stream", name="stdout", text=text + "\n")
+
+
+def _verdict(outcome: Outcome) -> dict:
+    """One test's entry in the verdicts log."""
+    return {"ok": outcome.ok, "kind": outcome.kind, "seed": outcome.seed, "seconds": round(outcome.seconds, 2),
+            "message": outcome.message}
+
+
+def _reproduce(seed: int, notebook: str) -> str:
+    return (f"To reproduce (instructor, in the course directory): TRITONCOURSE_SEED={seed} "
+            f"python -m tritoncourse check {notebook or '<the autograded notebook>'}")
+
+
+def _title(cell_source: str) -> str:
+    """The test's title (its docstring's first line), or "" when even that cannot be read."""
+    try:
+        parsed = parse_cell(cell_source)
+        return test_title(parsed[1]) if parsed else ""
+    except Exception:
+        return ""
+
+
+def grader_error(err: BaseException, seed: int, what: str, notebook: str = "", title: str = "") -> Outcome:
+    """The failed verdict of a test that the grader could not judge because it raised ``err``
+    (a bug of ours, a crashed runner or zygote, an unreadable cell): a failed test, never a lost notebook."""
+    frames = traceback.extract_tb(err.__traceback__) if err.__traceback__ else []
+    where = f" ({os.path.basename(frames[-1].filename)}, line {frames[-1].lineno})" if frames else ""
+    text = str(err).strip().splitlines()
+    outcome = grader_error_outcome(what, f"{type(err).__name__}{': ' + text[0] if text else ''}{where}.", seed,
+                                   title)
+    outcome.message += "\n" + _reproduce(seed, notebook)
+    return outcome
+
+
+def _any_seed() -> int:
+    """fresh_seed(), or a random one when even that fails (a malformed TRITONCOURSE_SEED)."""
+    try:
+        return fresh_seed()
+    except Exception:
+        return random.SystemRandom().randrange(1, 2**31)
+
+
+def _graded_notebook(resources) -> str:
+    """The autograded notebook's path relative to the course directory, for reproduction commands."""
+    info = resources.get("nbgrader", {}) if isinstance(resources, dict) else {}
+    if all(info.get(k) for k in ("student", "assignment", "notebook")):
+        return os.path.join("autograded", str(info["student"]), str(info["assignment"]), f"{info['notebook']}.ipynb")
+    return ""
+
+
+def _kernel_test_cells(nb) -> list[tuple[int, NotebookNode]]:
+    """(index, cell) of every ``%%kernel_test`` grade cell."""
+    return [(index, cell) for index, cell in enumerate(nb.cells)
+            if cell.get("cell_type") == "code" and is_grade(cell) and not is_solution(cell)
+            and is_kernel_test(cell.get("source", ""))]
 
 
 class RestoreDeletedCells(OverwriteCells):
@@ -66,32 +124,47 @@ class RestoreDeletedCells(OverwriteCells):
 
 
 class ResilientExecute(Execute):
-    """nbgrader's Execute, but a dead kernel (segfault, OOM) no longer loses the whole submission.
+    """nbgrader's Execute, but a failed run (dead kernel, a kernel that never started, any other error of
+    the execution machinery) no longer loses the whole submission.
 
-    The cell that killed the kernel gets an error output, later cells are left unrun, and grading
-    goes on: the course's test verdicts come from outside the kernel anyway.
+    The cell that was running gets an error output, later cells are left unrun, and grading goes on: the
+    course's test verdicts come from outside the kernel anyway, and :class:`IsolatedKernelTests` fails every
+    other grade cell left unrun.
     """
 
     def preprocess(self, nb, resources=None, km=None):
-        self._dead_at = None
+        self._running = self._done = None  # the cell being run, the last cell run
+        resources = resources if resources is not None else {}
         try:
             return super().preprocess(nb, resources, km)
-        except DeadKernelError:
-            idx = self._dead_at if self._dead_at is not None else -1
-            self.log.warning("The notebook's kernel died at cell %s; grading continues.", idx)
+        except Exception as err:
+            idx = next((i for i in (self._running, self._done) if i is not None), -1)
+            if isinstance(err, DeadKernelError):
+                self.log.warning("The notebook's kernel died at cell %s; grading continues.", idx)
+            else:
+                self.log.error("Running the notebook failed at cell %s; grading continues.", idx, exc_info=True)
+                resources.setdefault("tritoncourse", {})["execution_error"] = f"{type(err).__name__}: {err}"
             resources.setdefault("tritoncourse", {})["kernel_died_at"] = idx
             return nb, resources
 
     def preprocess_cell(self, cell, resources, index):
+        self._running = index
         try:
-            return super().preprocess_cell(cell, resources, index)
+            result = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
-            self._dead_at = index
             cell.outputs.append(_error_output(
                 "DeadKernelError",
                 "The notebook's Python process died while running this cell (a crash in a kernel "
                 "launched here?). Later cells were not run; the tests were graded outside the notebook."))
             raise
+        except Exception as err:
+            cell.setdefault("outputs", []).append(_error_output(
+                "ExecutionFailed",
+                f"The grader could not run this cell ({type(err).__name__}: {err}). Later cells were not run; "
+                "the tests were graded outside the notebook."))
+            raise
+        self._running, self._done = None, index
+        return result
 
 
 class IsolatedKernelTests(NbGraderPreprocessor):
@@ -102,41 +175,92 @@ class IsolatedKernelTests(NbGraderPreprocessor):
     timeout_factor = Float(1.0, help="Scales every test's time limit (slower or faster graders).").tag(config=True)
 
     def preprocess(self, nb, resources):
-        kernels, plain = kernels_from_notebook(nb)
+        """Grade every kernel test; whatever goes wrong in the grader fails tests, never the notebook."""
+        try:
+            return self._grade(nb, resources)
+        except Exception as err:  # a bug of ours outside any one test: fail the kernel tests, keep the notebook
+            self.log.error("The isolated kernel tests failed as a whole; every kernel test fails.", exc_info=True)
+            return self._fail_all(nb, resources, err)
+
+    def _grade(self, nb, resources):
         died_at = resources.get("tritoncourse", {}).get("kernel_died_at")
-        tests = []
+        why = ("the notebook's kernel died in an earlier cell" if "execution_error" not in resources["tritoncourse"]
+               else "running the notebook stopped in an earlier cell") if died_at is not None else ""
+        notebook = _graded_notebook(resources)
         for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code" or not is_grade(cell) or is_solution(cell):
-                continue
-            if parse_cell(cell.source) is not None:
-                tests.append((index, cell))
-            elif died_at is not None and index > died_at:
-                cell.outputs = [_error_output("NotRun", "This test was not run: the notebook's kernel "
-                                              "died in an earlier cell.")]
-        workers = self.workers or os.cpu_count() or 1
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(
-                lambda item: run_cell(item[1].source, kernels, plain, timeout_factor=self.timeout_factor),
-                tests))
+            if cell.cell_type == "code" and is_grade(cell) and not is_solution(cell) \
+                    and not is_kernel_test(cell.source) and died_at is not None and index > died_at:
+                cell.outputs = [_error_output("NotRun", f"This test was not run: {why}.")]
+        tests = [(index, cell, fresh_seed()) for index, cell in _kernel_test_cells(nb)]
+        try:
+            kernels, plain = kernels_from_notebook(nb)
+        except Exception as err:  # the learner's notebook could not be read: every kernel test fails alone
+            self.log.error("Taking the kernels from the notebook failed; every kernel test fails.", exc_info=True)
+            outcomes = [grader_error(err, seed, "reading the kernels from your notebook", notebook, _title(cell.source))
+                        for _, cell, seed in tests]
+        else:
+            workers = self.workers or os.cpu_count() or 1
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                outcomes = list(pool.map(lambda item: self._run_one(item[1], item[2], kernels, plain, notebook),
+                                         tests))
         verdicts = {}
-        for (index, cell), outcome in zip(tests, outcomes):
+        for (index, cell, _), outcome in zip(tests, outcomes):
             grade_id = cell.metadata.nbgrader.get("grade_id", f"cell-{index}")
             self.log.info("%s: %s (%.1f s, seed %s)", grade_id, outcome.kind, outcome.seconds, outcome.seed)
             if outcome.ok:
                 cell.outputs = [_stdout(outcome.report())]
             else:
                 cell.outputs = [_error_output("KernelTestFailed", outcome.report())]
-            verdicts[grade_id] = {"ok": outcome.ok, "kind": outcome.kind, "seed": outcome.seed,
-                                  "seconds": round(outcome.seconds, 2), "message": outcome.message}
+            verdicts[grade_id] = _verdict(outcome)
+        resources.setdefault("tritoncourse", {})["verdicts"] = verdicts
+        self._write_log(resources, verdicts)
+        return nb, resources
+
+    def _run_one(self, cell, seed: int, kernels, plain, notebook: str) -> Outcome:
+        """One test's verdict; an exception anywhere in the grader becomes this test's grader-error verdict."""
+        try:
+            outcome = run_cell(cell.source, kernels, plain, seed=seed, timeout_factor=self.timeout_factor)
+            if outcome is None:
+                raise ValueError("the cell starts with %%kernel_test but could not be read as a kernel test")
+            if outcome.kind == GRADER_ERROR:
+                outcome.message += "\n" + _reproduce(seed, notebook)
+            return outcome
+        except Exception as err:
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "?")
+            self.log.error("%s: grader error (seed %s)", grade_id, seed, exc_info=True)
+            return grader_error(err, seed, "running this test", notebook, _title(cell.source))
+
+    def _fail_all(self, nb, resources, err: BaseException):
+        """Every kernel test cell gets a grader-error verdict (the last resort: this must not raise)."""
+        notebook = _graded_notebook(resources)
+        verdicts = {}
+        for index, cell in _kernel_test_cells(nb):
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", f"cell-{index}")
+            try:
+                outcome = grader_error(err, _any_seed(), "grading this notebook", notebook, _title(cell.source))
+                cell.outputs = [_error_output("KernelTestFailed", outcome.report())]
+                verdicts[grade_id] = _verdict(outcome)
+            except Exception:  # never leave the magic's "graded outside" output: it would pass
+                cell.outputs = [_error_output("KernelTestFailed", "GRADER ERROR: the grader itself failed on "
+                                              "this notebook; ask your instructor to regrade it.")]
         resources.setdefault("tritoncourse", {})["verdicts"] = verdicts
         self._write_log(resources, verdicts)
         return nb, resources
 
     def _write_log(self, resources, verdicts) -> None:
-        """Keep the verdicts (with seeds) beside the autograded notebook, for appeals and regrades."""
-        build_dir = resources.get("output_files_dir") or resources.get("metadata", {}).get("path")
-        name = resources.get("unique_key", "notebook")
-        if not build_dir or not os.path.isdir(build_dir):
-            return
-        with open(os.path.join(build_dir, f"{name}.verdicts.json"), "w") as f:
-            json.dump(verdicts, f, indent=1)
+        """Keep the verdicts (with seeds) beside the autograded notebook, for appeals and regrades.
+
+        Best effort: the verdicts are in the notebook's outputs already, a log that cannot be written
+        costs nothing else."""
+        try:
+            # The notebook's own folder (autograded/<student>/<assignment>/); nbconvert's output_files_dir is
+            # a relative "<name>_files" that does not exist.
+            dirs = [resources.get("metadata", {}).get("path"), resources.get("output_files_dir")]
+            build_dir = next((d for d in dirs if d and os.path.isdir(d)), None)
+            name = resources.get("unique_key", "notebook")
+            if not build_dir:
+                return
+            with open(os.path.join(build_dir, f"{name}.verdicts.json"), "w") as f:
+                json.dump(verdicts, f, indent=1)
+        except Exception:
+            self.log.error("Could not write the verdicts log.", exc_info=True)
