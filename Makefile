@@ -10,16 +10,32 @@ ASSIGNMENTS := 01_vector_add 02_softmax 03_matmul_relu 04_benchmarking 05_autotu
 TORCH_BUILD ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 PHASE ?=
+# Instructors' and learners' hand-in variables (docs/INSTRUCTORS.md).
+STUDENT ?=
+STUDENTS ?=
+JOBS ?=
+FROM ?=
+OUT ?=
+GRADE_FLAGS ?=
 JUPYTER_PORT ?= 8888
 
-.PHONY: help venv lab notebooks test test-fast release check reset gpu-check clean-grading
+.PHONY: help venv lab notebooks test test-fast release check reset submit gpu-check clean-grading \
+	collect grade grades feedback solutions handout
 
 help:
 	@echo "make lab            build .venv (first time) and open JupyterLab on notebooks/"
 	@echo "make test           run the whole test suite (pytest)"
 	@echo "make check PHASE=01_vector_add   check one of your notebooks from the terminal (exit code 0 = pass)"
 	@echo "make reset PHASE=01_vector_add   back up your notebook and restore the released version"
-	@echo "make release        regenerate release/ from source/ with nbgrader (instructors)"
+	@echo "make submit PHASE=01_vector_add STUDENT=you   check a notebook, write submissions/you__01_vector_add.ipynb"
+	@echo "Instructors (docs/INSTRUCTORS.md):"
+	@echo "make release        regenerate release/ from source/ with nbgrader"
+	@echo "make collect PHASE=01_vector_add FROM=DIR   returned NAME__01_vector_add.ipynb files -> submitted/"
+	@echo "make grade [PHASE=..] [STUDENTS='a b'] [JOBS=N]   autograde everyone (parallel, restartable)"
+	@echo "make grades         grades.csv, a column per test, failed tests with their seeds"
+	@echo "make feedback PHASE=01_vector_add   feedback/ for learners, without hidden tests"
+	@echo "make solutions PHASE=01_vector_add  solution/ for learners, after the deadline"
+	@echo "make handout OUT=DIR                what learners may have (no solutions, hidden tests, gradebook)"
 
 venv: $(VENV)/.installed
 
@@ -70,3 +86,32 @@ reset: venv
 # On a machine with an NVIDIA GPU: every notebook compiled on the GPU, grading, benchmarks -> results/.
 gpu-check: venv
 	$(PY) tools/gpu_check.py
+
+# ---- hand-in and the instructor's workflow (docs/INSTRUCTORS.md) ------------------------------------------
+submit: venv
+	@test -n "$(PHASE)" -a -n "$(STUDENT)" || { echo "usage: make submit PHASE=01_vector_add STUDENT=your_id"; exit 2; }
+	$(PY) -m tritoncourse submit $(PHASE) --student $(STUDENT)
+
+collect: venv
+	@test -n "$(PHASE)" -a -n "$(FROM)" || { echo "usage: make collect PHASE=01_vector_add FROM=returned/"; exit 2; }
+	$(PY) -m tritoncourse collect $(PHASE) $(FROM)
+
+# Every released assignment with submissions (or PHASE=...), one learner per job, merged serially into
+# gradebook.db; stop it at will and run it again: what is graded is not graded again.
+grade: venv
+	$(PY) -m tritoncourse grade $(PHASE) $(if $(STUDENTS),--students $(STUDENTS)) $(if $(JOBS),--jobs $(JOBS)) $(GRADE_FLAGS)
+
+grades: venv
+	$(PY) -m tritoncourse export $(PHASE) -o grades.csv
+
+feedback: venv
+	@test -n "$(PHASE)" || { echo "usage: make feedback PHASE=01_vector_add [STUDENTS='a b']"; exit 2; }
+	$(PY) -m tritoncourse feedback $(PHASE) $(if $(STUDENTS),--students $(STUDENTS))
+
+solutions: venv
+	@test -n "$(PHASE)" || { echo "usage: make solutions PHASE=01_vector_add (after the deadline)"; exit 2; }
+	$(PY) -m tritoncourse solutions $(PHASE)
+
+handout: venv
+	@test -n "$(OUT)" || { echo "usage: make handout OUT=../triton-course-learners (a new folder)"; exit 2; }
+	$(PY) -m tritoncourse handout $(OUT)

@@ -39,3 +39,46 @@ c.Autograde.autograde_preprocessors = _steps
 # Warnings printed by correct code (numpy on the interpreter, deprecations) never cost points.
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"(Warning|warn)"
+
+# ---- Instructor's workflow (issue 8; tritoncourse/grading/classroom.py, feedback.py) -------------------
+# Feedback: nbgrader generate_feedback would show the hidden tests (#917). HideHiddenTests puts back each
+# test cell's released source and blanks hidden test lines in tracebacks; every verdict stays.
+# Guarded like the step below; if the import fails, the step is named by its dotted path, so that
+# generate_feedback fails loudly instead of writing feedback that shows the hidden tests.
+from nbgrader.converters import GenerateFeedback  # noqa: E402
+
+try:
+    from tritoncourse.grading.feedback import HideHiddenTests  # noqa: E402
+except Exception as _err:  # pragma: no cover
+    print(f"nbgrader_config.py: HideHiddenTests not importable ({_err!r})", file=sys.stderr)
+    HideHiddenTests = "tritoncourse.grading.feedback.HideHiddenTests"
+c.GenerateFeedback.preprocessors = [HideHiddenTests] + [
+    p for p in GenerateFeedback.class_traits()["preprocessors"].default() if p is not HideHiddenTests]
+c.HideHiddenTests.release_directory = os.path.join(c.CourseDirectory.root, "release")
+# The verdict logs beside autograded notebooks quote test code in tracebacks: nbgrader copies every other
+# file of autograded/<learner>/<assignment>/ into feedback/ unless it is ignored.
+from nbgrader.coursedir import CourseDirectory  # noqa: E402
+
+c.CourseDirectory.ignore = list(CourseDirectory.class_traits()["ignore"].default()) + ["*.verdicts.json"]
+
+# LMS downloads: `nbgrader zip_collect ASSIGNMENT` reads downloaded/ASSIGNMENT/archive/*.zip; every file named
+# <student>__<assignment>.ipynb (what `python -m tritoncourse submit` writes; any folder, with "(1)", "-2"
+# or "-Copy1" appended by a browser or an LMS) goes to submitted/<student>/<assignment>/<assignment>.ipynb.
+c.FileNameCollectorPlugin.named_regexp = (
+    r"^.*/(?P<student_id>[A-Za-z0-9](?:[A-Za-z0-9.@-]|_(?=[A-Za-z0-9.@-])){0,63})"
+    r"__(?P<file_id>[0-9]{2}_[A-Za-z0-9_]*[A-Za-z0-9])(?:\s*\(\d+\)|-\d+|-Copy\d+)?\.ipynb$")
+c.ZipCollectApp.strict = True  # a notebook whose name is not the assignment's is reported, not collected
+
+# Edited nbgrader metadata (flipped grade/solution flags, renamed or duplicated grade_ids, bad points or
+# schema_version) would fail the learner's whole notebook, or stop plain autograde for everyone after them:
+# restore every cell's metadata from the gradebook first. Guarded: a mistake here must never cost the
+# steps configured above (nbgrader only logs a failing config file, then grades with its defaults).
+try:
+    from tritoncourse.grading.classroom import RestoreCellMetadata  # noqa: E402
+
+    _sanitize = [p for p in c.Autograde.sanitize_preprocessors if p is not RestoreCellMetadata]
+    _sanitize.insert(1 if _sanitize and _sanitize[0].__name__ == "ClearOutput" else 0, RestoreCellMetadata)
+    c.Autograde.sanitize_preprocessors = _sanitize
+except Exception as _err:  # pragma: no cover
+    print(f"nbgrader_config.py: RestoreCellMetadata not installed ({_err!r})", file=sys.stderr)
+# ---- end of the instructor's workflow section ----------------------------------------------------------

@@ -1,7 +1,16 @@
-"""The learner's terminal commands: check one notebook, reset one notebook.
+"""The course's terminal commands.
 
+Learners:
     python -m tritoncourse check notebooks/01_vector_add.ipynb   # exit code 0: every test passed
     python -m tritoncourse reset 01_vector_add                   # back up, then restore the release
+    python -m tritoncourse submit 01_vector_add --student NAME   # check, then submissions/NAME__01_vector_add.ipynb
+Instructors (docs/INSTRUCTORS.md):
+    python -m tritoncourse collect 01_vector_add DIR             # DIR/NAME__01_vector_add.ipynb -> submitted/
+    python -m tritoncourse grade [ASSIGNMENT ...] [--jobs N]     # everyone, restartable
+    python -m tritoncourse export [-o grades.csv]                # grades with a column per test
+    python -m tritoncourse feedback 01_vector_add                # feedback/ without hidden tests
+    python -m tritoncourse solutions 01_vector_add               # after the deadline: solution/
+    python -m tritoncourse handout DIR                           # what learners may have, checked
 """
 from __future__ import annotations
 
@@ -73,10 +82,121 @@ def main(argv: list[str] | None = None) -> int:
     p_check.add_argument("notebook", type=Path)
     p_reset = sub.add_parser("reset", help="back up a notebook and restore its released version")
     p_reset.add_argument("phase")
+    _add_classroom_commands(sub)
     args = parser.parse_args(argv)
     if args.command == "check":
         return check_notebook(args.notebook)
-    return reset_notebook(args.phase)
+    if args.command == "reset":
+        return reset_notebook(args.phase)
+    return _run_classroom_command(args)
+
+
+def _add_classroom_commands(sub) -> None:
+    from .classroom import default_jobs
+
+    def course_option(p):
+        p.add_argument("--course", type=Path, help="the course directory (default: the current directory "
+                       "when it holds nbgrader_config.py and source/ or gradebook.db, else this clone)")
+
+    p = sub.add_parser("submit", help="check your notebook and write the file to hand in")
+    course_option(p)
+    p.add_argument("assignment")
+    p.add_argument("--student", required=True, help="your learner id, as your instructor gave it")
+    p.add_argument("--notebook", type=Path, help="default: notebooks/<assignment>.ipynb")
+    p.add_argument("--out", type=Path, help="default: submissions/")
+    p.add_argument("--no-check", action="store_true", help="do not run the tests first")
+
+    p = sub.add_parser("collect", help="copy returned notebooks (NAME__ASSIGNMENT.ipynb) into submitted/")
+    course_option(p)
+    p.add_argument("assignment")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--add-students", action="store_true", help="accept learners missing from the gradebook")
+    p.add_argument("--timestamps", choices=["none", "mtime"], default="none",
+                   help="mtime: the file's modification time is the submission time (late penalties)")
+    p.add_argument("--dry-run", action="store_true")
+
+    p = sub.add_parser("grade", help="autograde every learner (parallel, restartable)")
+    course_option(p)
+    p.add_argument("assignments", nargs="*", help="default: every released assignment with submissions")
+    p.add_argument("--students", nargs="+", metavar="STUDENT")
+    p.add_argument("--jobs", "-j", type=int, default=default_jobs(),
+                   help=f"notebooks graded at once (default here: {default_jobs()})")
+    p.add_argument("--force", action="store_true", help="grade again what is already done")
+    p.add_argument("--retry-failed", action="store_true", help="grade again the learners recorded as failed")
+    p.add_argument("--notebook-timeout", type=float, default=1800.0,
+                   help="seconds one learner's autograde may take before it is stopped (default 1800)")
+    p.add_argument("--timeout-factor", type=float, help="scales every test's time limit "
+                   "(--IsolatedKernelTests.timeout_factor)")
+    p.add_argument("--cell-timeout", type=float, help="seconds a notebook cell may run (--ResilientExecute.timeout)")
+    p.add_argument("--nbgrader", action="append", default=[], metavar="=--FLAG",
+                   help="extra flag for nbgrader autograde, e.g. --nbgrader=--ExecutePreprocessor.startup_timeout=120")
+
+    p = sub.add_parser("export", help="grades as CSV, one column per test")
+    course_option(p)
+    p.add_argument("assignments", nargs="*")
+    p.add_argument("-o", "--output", type=Path, default=Path("grades.csv"))
+
+    p = sub.add_parser("feedback", help="nbgrader generate_feedback, checked free of hidden tests")
+    course_option(p)
+    p.add_argument("assignment")
+    p.add_argument("--students", nargs="+", metavar="STUDENT")
+
+    p = sub.add_parser("solutions", help="solution/<assignment>/: solutions without hidden tests")
+    course_option(p)
+    p.add_argument("assignment")
+
+    p = sub.add_parser("handout", help="copy what learners may have to a new folder, checked")
+    course_option(p)
+    p.add_argument("folder", type=Path)
+
+
+def _course_root(given: Path | None) -> Path:
+    if given:
+        return given
+    here = Path.cwd()
+    if (here / "nbgrader_config.py").exists() and ((here / "source").is_dir() or (here / "gradebook.db").exists()):
+        return here
+    return ROOT
+
+
+def _run_classroom_command(args) -> int:
+    from .classroom import Course, CourseError, Grader, collect, export_csv, make_handout, make_solutions, \
+        print_collected
+
+    course = Course(_course_root(args.course))
+    try:
+        if args.command == "submit":
+            from .submit import submit
+
+            return submit(args.assignment, args.student, notebook=args.notebook, out=args.out,
+                          run_checks=not args.no_check, root=course.root)
+        if args.command == "collect":
+            results = collect(course, args.assignment, args.folder, add_students=args.add_students,
+                              timestamps=args.timestamps, dry_run=args.dry_run)
+            return print_collected(results, args.assignment, args.folder)
+        if args.command == "grade":
+            extra = list(args.nbgrader)
+            if args.timeout_factor:
+                extra.append(f"--IsolatedKernelTests.timeout_factor={args.timeout_factor}")
+            if args.cell_timeout:
+                extra.append(f"--ResilientExecute.timeout={args.cell_timeout:g}")
+            grader = Grader(course, jobs=args.jobs, notebook_timeout=args.notebook_timeout, nbgrader_args=extra)
+            return grader.grade(args.assignments or None, args.students, force=args.force,
+                                retry_failed=args.retry_failed)
+        if args.command == "export":
+            return export_csv(course, args.output, args.assignments or None)
+        if args.command == "feedback":
+            from .feedback import generate_feedback
+
+            return generate_feedback(course.root, args.assignment, args.students)
+        if args.command == "solutions":
+            return make_solutions(course, args.assignment)
+        if args.command == "handout":
+            return make_handout(course, args.folder)
+    except CourseError as err:
+        print(err)
+        return 2
+    raise AssertionError(args.command)
 
 
 if __name__ == "__main__":
