@@ -25,10 +25,10 @@ import types
 import torch
 import triton
 
-from ..checking import (KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed, generator,
-                        guarded_copy, guarded_empty, stage)
+from ..checking import KernelCheckError, fresh_seed, generator, stage
 from ..device import infer_device
 from . import launch, require_triton_kernel
+from .elementwise import check_elementwise, diagnose_blocks
 
 KERNEL = "triton_add_relu_mul_kernel"
 SIGNATURE = ("triton_add_relu_mul_kernel(x_ptr, bias_ptr, output_ptr, scale, n_elements, "
@@ -58,7 +58,6 @@ def run_add_relu_mul(kernel, x, bias, out, scale: float, block_size: int, *, con
 def diagnose_add_relu_mul(out, x, bias, scale: float, expected, block_size: int) -> str:
     """Replay the usual mistakes on the same inputs and name the one that reproduces the output."""
     out, x, b, expected = (t.detach().cpu().double() for t in (out, x, bias, expected))
-    n = out.numel()
     s = float(scale)
     candidates = [
         ((x + b) * s, "there is no ReLU: the output is (x + bias) * scale. Negative sums must become 0 "
@@ -78,21 +77,8 @@ def diagnose_add_relu_mul(out, x, bias, scale: float, expected, block_size: int)
         if torch.allclose(out, candidate, atol=1e-3, rtol=1e-3) and not torch.allclose(
                 candidate, expected, atol=1e-3, rtol=1e-3):
             return why
-    wrong = ~torch.isclose(out, expected, atol=1e-3, rtol=1e-3)
-    nan_out = torch.isnan(out)
-    if nan_out.all():
-        return "nothing was written to the output: is there a tl.store to output_ptr?"
-    if n > block_size and not wrong[:block_size].any() and wrong[block_size:].all():
-        return ("only the first BLOCK_SIZE elements are right: every program handles the same block. "
-                "Offsets should start at tl.program_id(0) * BLOCK_SIZE.")
-    if nan_out.any():
-        first = int(nan_out.nonzero()[0])
-        return (f"output element {first} is NaN: either it was never written, or the kernel read outside x "
-                "or bias (their guards hold NaN). Are the offsets pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)?")
-    last_block_start = (n - 1) // block_size * block_size
-    if wrong[last_block_start:].any() and not wrong[:last_block_start].any():
-        return "only the last, partial block is wrong: check the mask offsets < n_elements."
-    return "compare your kernel with relu(x + bias) * scale, one step at a time."
+    return (diagnose_blocks(out, expected, block_size, "x or bias")
+            or "compare your kernel with relu(x + bias) * scale, one step at a time.")
 
 
 def check_add_relu_mul(kernel, n: int, block_size: int, dtype: torch.dtype = torch.float32,
@@ -116,42 +102,13 @@ def check_add_relu_mul(kernel, n: int, block_size: int, dtype: torch.dtype = tor
     context = (f"n_elements={n}, BLOCK_SIZE={block_size}, scale={scale:g}, "
                f"{str(dtype).replace('torch.', '')}, seed {seed}")
 
-    pad = max(64, block_size)  # guards at least one block wide: a stray lane lands in a guard
-    gx, gb = guarded_copy(x.to(device), pad), guarded_copy(bias.to(device), pad)
-    gout = guarded_empty((n,), dtype, device, pad)
-    run_add_relu_mul(kernel, gx.view, gb.view, gout.view, scale, block_size, context=context, device=device)
+    def run(inputs, out, stage_text):
+        run_add_relu_mul(kernel, *inputs, out, scale, block_size, context=context, device=device,
+                         fence_stage=stage_text)
 
-    if not (torch.equal(gx.view.cpu(), x) and torch.equal(gb.view.cpu(), bias)):
-        raise KernelCheckError(f"The kernel changed its inputs x or bias ({context}).\n"
-                               "Likely cause: a tl.store to x_ptr or bias_ptr instead of output_ptr.")
-    if gx.guard_changes() or gb.guard_changes():
-        raise KernelCheckError(f"The kernel wrote outside x or bias ({context}).\n"
-                               "Likely cause: a tl.store to x_ptr or bias_ptr with wrong offsets.")
-    stray = gout.guard_changes()
-    if stray:
-        first = gout.first_guard_change()[0]
-        where = f"index {first}" + (" (before index 0)" if first < 0 else f" (past the last, index {n - 1})")
-        raise KernelCheckError(
-            f"{stray} element(s) outside the output were written; the first at {where} ({context}).\n"
-            "Likely cause: the tl.store is not masked, or its mask lets through lanes with "
-            "offsets >= n_elements (use offsets < n_elements).")
-    ok, msg = compare(gout.view, expected)
-    if not ok:
-        raise KernelCheckError(f"Wrong values ({context}).\n{msg}\n"
-                               f"Likely cause: {diagnose_add_relu_mul(gout.view, x, bias, scale, expected, block_size)}")
-
-    if fence_supported(device):
-        for side in ("end", "start"):
-            (fx, keep_x), (fb, keep_b) = fenced_copy(x.to(device), side), fenced_copy(bias.to(device), side)
-            out = guarded_empty((n,), dtype, device, pad)
-            where = "end exactly where" if side == "end" else "start exactly where"
-            fence = f"FENCE-READ: running `{KERNEL}` on x and bias that {where} unreadable memory begins ({context})"
-            run_add_relu_mul(kernel, fx, fb, out.view, scale, block_size, context=context, device=device,
-                             fence_stage=fence)
-            ok, msg = compare(out.view, expected)
-            if not ok:
-                raise KernelCheckError(f"Wrong values on the second run ({context}).\n{msg}")
-    stage("done")
+    check_elementwise(KERNEL, {"x": x, "bias": bias}, expected, block_size, run,
+                      lambda out: diagnose_add_relu_mul(out, x, bias, scale, expected, block_size),
+                      context=context, device=device)
 
 
 # ------------------------------------------------------------------------------- calling plain functions
@@ -830,54 +787,55 @@ def _intensities(g: torch.Generator, ridge: float) -> list[float]:
             ridge * (1.5 + 3 * u[2]), ridge * 60 * (1 + u[3]), 1 / 12, 0.0]
 
 
-def check_roof_tflops(roof_tflops, count: int = 2, seed: int | None = None) -> None:
-    """roof_tflops(I, B, P) = min(P, I * B / 1000): the attainable TFLOP/s at intensity I (FLOP/byte)."""
-    require_function(roof_tflops, "roof_tflops")
-    seed = fresh_seed() if seed is None else seed
-    g = generator(seed)
+def _roofline_points(g: torch.Generator, count: int):
+    """(peak_gbps, peak_tflops, ridge, intensity) on ``count`` random devices, intensities around each ridge."""
     for _ in range(count):
         bw, peak = _peaks(g)
         ridge = peak * 1e12 / (bw * 1e9)
         for intensity in _intensities(g, ridge):
-            want = min(peak, intensity * bw / 1e3)
-            got = _number(call(roof_tflops, "roof_tflops", intensity, bw, peak),
-                          f"`roof_tflops({intensity:.6g}, {bw:g}, {peak:g})`")
-            if math.isclose(got, want, rel_tol=REL, abs_tol=1e-12):
-                continue
-            if math.isclose(got, max(peak, intensity * bw / 1e3), rel_tol=REL):
-                hint = "the roof is the lower of the two limits: min(peak_tflops, intensity * peak_gbps / 1000)."
-            elif math.isclose(got, min(peak, intensity * bw), rel_tol=REL) or \
-                    math.isclose(got, intensity * bw, rel_tol=REL):
-                hint = ("units: FLOP/byte x GB/s = GFLOP/s; divide by 1000 for TFLOP/s "
-                        "(min(peak_tflops, intensity * peak_gbps / 1000)).")
-            else:
-                hint = "roof = min(peak_tflops, intensity * peak_gbps / 1000)."
-            raise KernelCheckError(f"`roof_tflops(intensity={intensity:.6g}, peak_gbps={bw:g}, peak_tflops={peak:g})` "
-                                   f"returned {_fmt(got)}, expected {_fmt(want)} TFLOP/s (the ridge point is "
-                                   f"{ridge:.4g} FLOP/byte; seed {seed}).\nLikely cause: {hint}")
+            yield bw, peak, ridge, intensity
+
+
+def check_roof_tflops(roof_tflops, count: int = 2, seed: int | None = None) -> None:
+    """roof_tflops(I, B, P) = min(P, I * B / 1000): the attainable TFLOP/s at intensity I (FLOP/byte)."""
+    require_function(roof_tflops, "roof_tflops")
+    seed = fresh_seed() if seed is None else seed
+    for bw, peak, ridge, intensity in _roofline_points(generator(seed), count):
+        want = min(peak, intensity * bw / 1e3)
+        got = _number(call(roof_tflops, "roof_tflops", intensity, bw, peak),
+                      f"`roof_tflops({intensity:.6g}, {bw:g}, {peak:g})`")
+        if math.isclose(got, want, rel_tol=REL, abs_tol=1e-12):
+            continue
+        if math.isclose(got, max(peak, intensity * bw / 1e3), rel_tol=REL):
+            hint = "the roof is the lower of the two limits: min(peak_tflops, intensity * peak_gbps / 1000)."
+        elif math.isclose(got, min(peak, intensity * bw), rel_tol=REL) or \
+                math.isclose(got, intensity * bw, rel_tol=REL):
+            hint = ("units: FLOP/byte x GB/s = GFLOP/s; divide by 1000 for TFLOP/s "
+                    "(min(peak_tflops, intensity * peak_gbps / 1000)).")
+        else:
+            hint = "roof = min(peak_tflops, intensity * peak_gbps / 1000)."
+        raise KernelCheckError(f"`roof_tflops(intensity={intensity:.6g}, peak_gbps={bw:g}, peak_tflops={peak:g})` "
+                               f"returned {_fmt(got)}, expected {_fmt(want)} TFLOP/s (the ridge point is "
+                               f"{ridge:.4g} FLOP/byte; seed {seed}).\nLikely cause: {hint}")
 
 
 def check_classify(classify, count: int = 2, seed: int | None = None) -> None:
     """classify(I, B, P) is 'memory-bound' below the ridge point P*1e12 / (B*1e9) FLOP/byte, else 'compute-bound'."""
     require_function(classify, "classify")
     seed = fresh_seed() if seed is None else seed
-    g = generator(seed)
-    for _ in range(count):
-        bw, peak = _peaks(g)
-        ridge = peak * 1e12 / (bw * 1e9)
-        for intensity in _intensities(g, ridge):
-            want = MEMORY if intensity < ridge else COMPUTE
-            got = call(classify, "classify", intensity, bw, peak)
-            if got == want:
-                continue
-            if got not in (MEMORY, COMPUTE):
-                hint = f"return exactly '{MEMORY}' or '{COMPUTE}'."
-            else:
-                wrong_ridge = peak / bw
-                hint = (f"the ridge point is peak FLOP/s / peak bytes/s = {peak:g}e12 / {bw:g}e9 = {ridge:.4g} "
-                        f"FLOP/byte; an intensity below it is memory-bound, above it compute-bound.")
-                if (intensity < wrong_ridge) == (got == MEMORY):
-                    hint += (f" Your ridge looks like peak_tflops / peak_gbps = {wrong_ridge:.4g}: TFLOP/s and "
-                             "GB/s differ by a factor 1000.")
-            raise KernelCheckError(f"`classify(intensity={intensity:.6g}, peak_gbps={bw:g}, peak_tflops={peak:g})` "
-                                   f"returned {got!r}, expected {want!r} (seed {seed}).\nLikely cause: {hint}")
+    for bw, peak, ridge, intensity in _roofline_points(generator(seed), count):
+        want = MEMORY if intensity < ridge else COMPUTE
+        got = call(classify, "classify", intensity, bw, peak)
+        if got == want:
+            continue
+        if got not in (MEMORY, COMPUTE):
+            hint = f"return exactly '{MEMORY}' or '{COMPUTE}'."
+        else:
+            wrong_ridge = peak / bw
+            hint = (f"the ridge point is peak FLOP/s / peak bytes/s = {peak:g}e12 / {bw:g}e9 = {ridge:.4g} "
+                    f"FLOP/byte; an intensity below it is memory-bound, above it compute-bound.")
+            if (intensity < wrong_ridge) == (got == MEMORY):
+                hint += (f" Your ridge looks like peak_tflops / peak_gbps = {wrong_ridge:.4g}: TFLOP/s and "
+                         "GB/s differ by a factor 1000.")
+        raise KernelCheckError(f"`classify(intensity={intensity:.6g}, peak_gbps={bw:g}, peak_tflops={peak:g})` "
+                               f"returned {got!r}, expected {want!r} (seed {seed}).\nLikely cause: {hint}")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..checking import (KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed, generator,
-                        guarded_copy, guarded_empty, stage)
+from ..checking import fresh_seed, generator
 from ..device import infer_device
 from . import launch, require_triton_kernel
+from .elementwise import check_elementwise, diagnose_blocks
 
 NAME = "triton_vector_add_kernel"
 SIGNATURE = "triton_vector_add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr)"
@@ -31,7 +31,6 @@ def diagnose(out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, expected: torc
              block_size: int) -> str:
     """Guess the likely cause of wrong values, in a learner's words."""
     out, x, y, expected = (t.detach().cpu().double() for t in (out, x, y, expected))
-    n = out.numel()
 
     def same(a, b):
         return bool(torch.allclose(a, b, atol=1e-3, rtol=1e-3, equal_nan=False))
@@ -44,21 +43,8 @@ def diagnose(out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, expected: torc
         return "the output equals one input: is the addition missing?"
     if same(out, x - y) or same(out, y - x):
         return "the output is a difference, not a sum."
-    wrong = ~torch.isclose(out, expected, atol=1e-3, rtol=1e-3)
-    nan_out = torch.isnan(out)
-    if nan_out.all():
-        return "nothing was written to the output: is there a tl.store to output_ptr?"
-    if n > block_size and not wrong[:block_size].any() and wrong[block_size:].all():
-        return ("only the first BLOCK_SIZE elements are right: every program handles the same block. "
-                "Offsets should start at tl.program_id(0) * BLOCK_SIZE.")
-    if nan_out.any() and not nan_out.all():
-        first = int(nan_out.nonzero()[0])
-        return (f"output element {first} is NaN: either it was never written, or the kernel read outside "
-                "x or y (their guards hold NaN). Are the offsets pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)?")
-    last_block_start = (n - 1) // block_size * block_size
-    if wrong[last_block_start:].any() and not wrong[:last_block_start].any():
-        return "only the last, partial block is wrong: check the mask offsets < n_elements."
-    return "compare your offsets and mask with the picture of the blocks above the kernel."
+    return (diagnose_blocks(out, expected, block_size, "x or y")
+            or "compare your offsets and mask with the picture of the blocks above the kernel.")
 
 
 def check_vector_add(kernel, n: int, block_size: int, dtype: torch.dtype = torch.float32,
@@ -79,40 +65,8 @@ def check_vector_add(kernel, n: int, block_size: int, dtype: torch.dtype = torch
     expected = vector_add_ref(x, y)
     context = f"n_elements={n}, BLOCK_SIZE={block_size}, {str(dtype).replace('torch.', '')}, seed {seed}"
 
-    # Guards at least one block wide: a stray lane lands in the guard, never in unmapped memory.
-    pad = max(64, block_size)
-    gx, gy = guarded_copy(x.to(device), pad), guarded_copy(y.to(device), pad)
-    gout = guarded_empty((n,), dtype, device, pad)
-    run_vector_add(kernel, gx.view, gy.view, gout.view, block_size, context=context, device=device)
+    def run(inputs, out, stage_text):
+        run_vector_add(kernel, *inputs, out, block_size, context=context, device=device, stage_text=stage_text)
 
-    if not (torch.equal(gx.view.cpu(), x) and torch.equal(gy.view.cpu(), y)):
-        raise KernelCheckError(f"The kernel changed its inputs x or y ({context}).\n"
-                               "Likely cause: a tl.store to x_ptr or y_ptr instead of output_ptr.")
-    if gx.guard_changes() or gy.guard_changes():
-        raise KernelCheckError(f"The kernel wrote outside x or y ({context}).\n"
-                               "Likely cause: a tl.store to x_ptr or y_ptr with wrong offsets.")
-    stray = gout.guard_changes()
-    if stray:
-        first = gout.first_guard_change()[0]
-        where = f"index {first}" + (" (before index 0)" if first < 0 else f" (past the last, index {n - 1})")
-        raise KernelCheckError(
-            f"{stray} element(s) outside the output were written; the first at {where} ({context}).\n"
-            "Likely cause: the tl.store is not masked, or its mask lets through lanes with "
-            "offsets >= n_elements (use offsets < n_elements).")
-    ok, msg = compare(gout.view, expected)
-    if not ok:
-        raise KernelCheckError(f"Wrong values ({context}).\n{msg}\n"
-                               f"Likely cause: {diagnose(gout.view, x, y, expected, block_size)}")
-
-    if fence_supported(device):
-        for side in ("end", "start"):
-            (fx, keep_x), (fy, keep_y) = fenced_copy(x.to(device), side), fenced_copy(y.to(device), side)
-            out = guarded_empty((n,), dtype, device)
-            where = "end exactly where" if side == "end" else "start exactly where"
-            run_vector_add(kernel, fx, fy, out.view, block_size, context=context, device=device,
-                           stage_text=f"FENCE-READ: running `{NAME}` on x and y that {where} unreadable memory "
-                                      f"begins ({context})")
-            ok, msg = compare(out.view, expected)
-            if not ok:
-                raise KernelCheckError(f"Wrong values on the second run ({context}).\n{msg}")
-    stage("done")
+    check_elementwise(NAME, {"x": x, "y": y}, expected, block_size, run,
+                      lambda out: diagnose(out, x, y, expected, block_size), context=context, device=device)
