@@ -81,7 +81,14 @@ class Course:
 
 @dataclass
 class Fixture:
-    """A submission file of tests/submissions/<assignment>/ and what grading must give it."""
+    """A submission file of tests/submissions/<assignment>/ and what grading must give it.
+
+    The notebook is the release with the file's first chunk in place of one solution cell
+    (``# replaces: <grade_id>``, default the first); ``# %% append`` and ``# %% after-kernel`` chunks become
+    new cells. The other solution cells stay the release's stubs, or with ``# other-solutions: source`` hold
+    the reference's solutions, so that a file holds only the cell it changes. Header lines
+    ``# expect-fail:``, ``# expect-message:`` and ``# expect-all-pass`` say what grading must give.
+    """
 
     name: str
     path: Path
@@ -90,6 +97,7 @@ class Fixture:
     all_pass: bool
     replaces: str | None  # grade_id of the solution cell the first chunk replaces (default: the first)
     chunks: list[tuple[str, str]]  # (where, source)
+    other_solutions: str = "release"  # the other solution cells: "release" (the stubs) or "source" (the reference)
 
     @classmethod
     def load(cls, path: Path) -> "Fixture":
@@ -97,18 +105,35 @@ class Fixture:
         fail = re.search(r"^# expect-fail:(.*)$", text, re.M)
         msg = re.search(r"^# expect-message:(.*)$", text, re.M)
         repl = re.search(r"^# replaces:(.*)$", text, re.M)
+        others = re.search(r"^# other-solutions:(.*)$", text, re.M)
+        other_solutions = others.group(1).strip() if others else "release"
+        if other_solutions not in ("release", "source"):
+            raise ValueError(f"{path}: `# other-solutions:` takes release or source, not {other_solutions!r}")
         body = "\n".join(line for line in text.splitlines()
-                          if not line.startswith(("# expect-", "# replaces:")))
+                          if not line.startswith(("# expect-", "# replaces:", "# other-solutions:")))
         parts = re.split(r"^# %% (append|after-kernel)\s*$", body, flags=re.M)
         chunks = [("kernel", parts[0].strip("\n"))]
         for where, src in zip(parts[1::2], parts[2::2]):
             chunks.append((where, src.strip("\n")))
         return cls(path.stem, path, set(fail.group(1).split()) if fail else set(),
                    msg.group(1).strip() if msg else "", "# expect-all-pass" in text,
-                   repl.group(1).strip() if repl else None, chunks)
+                   repl.group(1).strip() if repl else None, chunks, other_solutions)
 
-    def notebook(self, release: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    def notebook(self, release: nbformat.NotebookNode,
+                 source: nbformat.NotebookNode | None = None) -> nbformat.NotebookNode:
+        """The learner's notebook: ``release`` with this fixture's cells; with ``# other-solutions: source``
+        every other solution code cell holds the reference's solution from ``source``."""
         nb = nbformat.from_dict(release)
+        if self.other_solutions == "source":
+            if source is None:
+                raise ValueError(f"{self.name} takes its other solution cells from the source notebook: "
+                                 "pass source=")
+            solutions = {c.metadata.nbgrader["grade_id"]: reference_solution(c.source) for c in source.cells
+                         if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+            for c in nb.cells:
+                gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                if c.cell_type == "code" and gid in solutions and gid != self.replaces:
+                    c.source = solutions[gid]
 
         def wanted(c):
             meta = c.get("metadata", {}).get("nbgrader", {})
@@ -127,6 +152,13 @@ class Fixture:
         for i, c in enumerate(nb.cells):
             c.setdefault("id", f"added-{i}")
         return nb
+
+
+def reference_solution(cell_source: str) -> str:
+    """A source notebook's solution cell as a learner who wrote the reference would have it: without
+    nbgrader's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines."""
+    return "\n".join(line for line in cell_source.splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
 
 
 def fixtures(assignment: str) -> list[Fixture]:

@@ -106,8 +106,9 @@ def test_first_failing_test_names_the_mistake(fixture, tmp_path):
     """The first test a known-wrong submission must fail does fail, with the expected likely cause."""
     cells = _test_cells()
     first = next(t for t in cells if t in fixture.expect_fail)
-    # The fixture's cell holds all three kernels and wins over the notebook's, as it does over the release's stubs.
-    nb = fixture.notebook(nbformat.read(SOURCE, as_version=4))
+    # The reference notebook with the fixture's cell in place of the reference's.
+    source = nbformat.read(SOURCE, as_version=4)
+    nb = fixture.notebook(source, source)
     ns = {"torch": torch, "triton": triton, "tl": tl, "math": math, "DEVICE": "cpu"}
     ns.update(_load_kernels(nb, cells[first], tmp_path, fixture.name))
     with pytest.raises(KernelCheckError) as err:

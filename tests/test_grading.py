@@ -75,7 +75,7 @@ def graded(tmp_path_factory):
             submit("tests_edited", edited)
             submit("not_json", "{ this is not a notebook")
             for fx in fixtures(assignment):
-                submit(fx.name, fx.notebook(release))
+                submit(fx.name, fx.notebook(release, source))
             with ThreadPoolExecutor(SHARDS) as pool:
                 procs = list(pool.map(lambda c: c.autograde(assignment, *FLAGS), shards))
             _cache[assignment] = Graded(courses, assignment, procs)

@@ -1,52 +1,20 @@
 # Bytes miscounted: eager add-ReLU-scale counted as one kernel (3n), forgetting the intermediates.
 # expect-fail: test_add_relu_mul_cost_bytes
 # expect-message: three kernels
-# replaces: roofline
+# replaces: cost_models
+# other-solutions: source
+def vector_add_cost(n, dtype):
+    """x + y (phase 1) over n elements: n FLOPs; every provider reads x and y and writes the sum."""
+    if n <= 0:
+        raise ValueError(f"n = {n}: a vector add needs at least one element")
+    moved = 3 * n * dtype.itemsize
+    return n, {"triton": moved, "eager": moved, "compile": moved}
+
 def add_relu_mul_cost(n, dtype):
     if n <= 0:
         raise ValueError(f"n = {n} must be positive")
     moved = 3 * n * dtype.itemsize
     return 3 * n, {"triton": moved, "eager": moved, "compile": moved}
-
-
-# ---- everything else as in the reference ----
-@triton.jit
-def triton_add_relu_mul_kernel(
-    x_ptr,  # pointer to the input vector
-    bias_ptr,  # pointer to the bias: one value per element
-    output_ptr,  # pointer to the output vector
-    scale,  # the scale, a float
-    n_elements,  # number of elements in each vector
-    BLOCK_SIZE: tl.constexpr,  # elements each program handles (a power of two)
-):
-    pid = tl.program_id(axis=0)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask)
-    bias = tl.load(bias_ptr + offsets, mask=mask)
-    output = tl.maximum(x + bias, 0.0) * scale
-    tl.store(output_ptr + offsets, output, mask=mask)
-
-
-def gbps(n_bytes, ms):
-    """Bandwidth in GB/s (1 GB = 1e9 bytes) of moving n_bytes in ms milliseconds.
-    Raises ValueError when ms <= 0 or n_bytes < 0."""
-    if ms <= 0:
-        raise ValueError(f"ms = {ms}: a measured time must be positive")
-    if n_bytes < 0:
-        raise ValueError(f"n_bytes = {n_bytes} cannot be negative")
-    return n_bytes / (ms * 1e-3) / 1e9
-
-
-def tflops(n_flops, ms):
-    """Throughput in TFLOP/s (1 TFLOP = 1e12 FLOPs) of n_flops done in ms milliseconds.
-    Raises ValueError when ms <= 0 or n_flops < 0."""
-    if ms <= 0:
-        raise ValueError(f"ms = {ms}: a measured time must be positive")
-    if n_flops < 0:
-        raise ValueError(f"n_flops = {n_flops} cannot be negative")
-    return n_flops / (ms * 1e-3) / 1e12
-
 
 def softmax_cost(n_rows, n_cols, dtype):
     """Row softmax of an n_rows x n_cols matrix (phase 2):
@@ -58,7 +26,6 @@ def softmax_cost(n_rows, n_cols, dtype):
     return 5 * M * N, {"triton": fused, "online": 3 * M * N * b, "eager": fused,
                        "unfused": (8 * M * N + 4 * M) * b, "compile": fused}
 
-
 def matmul_relu_cost(M, N, K, dtype):
     """relu(A @ B) with A: M x K, B: K x N, C: M x N, all of dtype (phase 3):
     (FLOPs, {"triton", "eager", "compile": bytes}). Raises ValueError for a size < 1."""
@@ -67,76 +34,3 @@ def matmul_relu_cost(M, N, K, dtype):
     b = dtype.itemsize
     fused = (M * K + K * N + M * N) * b  # read A and B once, write C once
     return 2 * M * N * K, {"triton": fused, "eager": fused + 2 * M * N * b, "compile": fused}
-
-
-def run_benchmark(providers, reference, inputs, timer, repeats=5, atol=1e-2, rtol=1e-2):
-    """Check every provider once against the reference, then time the good ones in interleaved rounds.
-
-    providers: {name: fn}; each is called as fn(*inputs) and returns a tensor.
-    reference: reference(*inputs) returns the expected output.
-    timer:     timer(f) runs a function of no arguments and returns its time in ms.
-    repeats:   rounds; each round times every good provider once, one after the other.
-    Returns (times, failed): times = {name: [ms of round 0, ms of round 1, ...]} for the providers that
-    passed; failed = {name: message} for those that raised or returned another shape or wrong values
-    (compared with the tolerances atol and rtol); they are never timed.
-    Raises ValueError when there are no providers or repeats < 1.
-    """
-    if not providers:
-        raise ValueError("no providers to benchmark")
-    if repeats < 1:
-        raise ValueError(f"repeats = {repeats}: at least one round is needed")
-    expected = reference(*inputs)
-    failed = {}
-    for name, fn in providers.items():
-        try:
-            out = fn(*inputs)
-            if out.shape != expected.shape:
-                failed[name] = f"output of shape {tuple(out.shape)}, expected {tuple(expected.shape)}"
-            elif not out.double().allclose(expected.double(), rtol=rtol, atol=atol):
-                worst = (out.double() - expected.double()).abs().max().item()
-                failed[name] = f"wrong values (largest difference {worst:.3g})"
-        except Exception as err:
-            failed[name] = f"raised {err!r}"
-    good = [name for name in providers if name not in failed]
-    times = {name: [] for name in good}
-    for _ in range(repeats):
-        for name in good:
-            fn = providers[name]
-            times[name].append(timer(lambda: fn(*inputs)))
-    return times, failed
-
-
-def comparison_table(times, flops, n_bytes, peak_gbps, peak_tflops):
-    """One row per provider of `times`, in its order: a dict with
-    provider:   the name;
-    ms:         the median of its per-round times;
-    gbps:       gbps(n_bytes, ms), with the op's n_bytes (the same for every provider);
-    tflops:     tflops(flops, ms);
-    vs_eager:   the median over rounds r of times["eager"][r] / times[provider][r] (> 1: faster than
-                eager), None when "eager" is not in times; vs_compile: the same with "compile";
-    roof:       the roofline time of the op / ms, where the roofline time is the larger of
-                n_bytes at peak_gbps and flops at peak_tflops (1: at the roof).
-    """
-    roof_ms = max(n_bytes / (peak_gbps * 1e9), flops / (peak_tflops * 1e12)) * 1e3
-    rows = []
-    for name, ts in times.items():
-        ms = statistics.median(ts)
-        row = {"provider": name, "ms": ms, "gbps": gbps(n_bytes, ms), "tflops": tflops(flops, ms),
-               "vs_eager": None, "vs_compile": None, "roof": roof_ms / ms}
-        for ref, key in (("eager", "vs_eager"), ("compile", "vs_compile")):
-            if ref in times:
-                row[key] = statistics.median([t_ref / t for t_ref, t in zip(times[ref], ts)])
-        rows.append(row)
-    return rows
-
-
-def roof_tflops(intensity, peak_gbps, peak_tflops):
-    """The roofline: the most TFLOP/s a kernel of this intensity (FLOP/byte) can reach on a device of
-    peak_gbps GB/s and peak_tflops TFLOP/s."""
-    return min(peak_tflops, intensity * peak_gbps / 1e3)  # FLOP/byte x GB/s = GFLOP/s
-
-
-def classify(intensity, peak_gbps, peak_tflops):
-    """'memory-bound' when the intensity (FLOP/byte) is below the ridge point, else 'compute-bound'."""
-    ridge = peak_tflops * 1e12 / (peak_gbps * 1e9)  # FLOP/byte where the two roofs meet
-    return "memory-bound" if intensity < ridge else "compute-bound"
