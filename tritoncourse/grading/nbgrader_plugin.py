@@ -13,7 +13,7 @@ import random
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from nbclient.exceptions import DeadKernelError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from traitlets import Bool, Float, Integer
 
@@ -89,6 +89,14 @@ def _kernel_test_cells(nb) -> list[tuple[int, NotebookNode]]:
             and is_kernel_test(cell.get("source", ""))]
 
 
+def _unresponsive() -> NotebookNode:
+    return _error_output(
+        "UnresponsiveKernel",
+        "This cell never finished, and the notebook's Python process did not answer after it was interrupted "
+        "(a GPU kernel that never ends cannot be interrupted). Later cells were not run; the tests were graded "
+        "outside the notebook.")
+
+
 class RestoreDeletedCells(OverwriteCells):
     """nbgrader's OverwriteCells, with deleted grade cells put back where they belong.
 
@@ -132,6 +140,8 @@ class ResilientExecute(Execute):
     other grade cell left unrun.
     """
 
+    probe_timeout = Integer(20, help="Seconds the kernel has to answer after a cell's time-out.").tag(config=True)
+
     def preprocess(self, nb, resources=None, km=None):
         self._running = self._done = None  # the cell being run, the last cell run
         resources = resources if resources is not None else {}
@@ -157,14 +167,35 @@ class ResilientExecute(Execute):
                 "The notebook's Python process died while running this cell (a crash in a kernel "
                 "launched here?). Later cells were not run; the tests were graded outside the notebook."))
             raise
+        except CellTimeoutError:  # no answer even after the interrupt (nbgrader raises on an iopub time-out)
+            cell.setdefault("outputs", []).append(_unresponsive())
+            raise
         except Exception as err:
             cell.setdefault("outputs", []).append(_error_output(
                 "ExecutionFailed",
                 f"The grader could not run this cell ({type(err).__name__}: {err}). Later cells were not run; "
                 "the tests were graded outside the notebook."))
             raise
+        if any(o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
+            self._stop_if_unresponsive(cell)
         self._running, self._done = None, index
         return result
+
+    def _stop_if_unresponsive(self, cell):
+        """After a cell's time-out nbclient interrupts the kernel and goes on. A GPU kernel that never ends
+        ignores the interrupt (the process waits inside CUDA), and then every later cell would wait out its
+        own time limit: probe the kernel, and if it does not answer, stop the notebook here (the kernel is
+        shut down; the tests are graded outside it, and every grade cell left unrun fails)."""
+        saved, self.timeout = self.timeout, self.probe_timeout
+        try:
+            reply = self.wait_for_reply(self.kc.execute("pass", store_history=False, silent=True), None)
+        except Exception:
+            reply = None
+        finally:
+            self.timeout = saved
+        if reply is None or reply.get("content", {}).get("status") != "ok":
+            cell.outputs.append(_unresponsive())
+            raise DeadKernelError("the kernel did not answer after a cell's time-out")
 
 
 class IsolatedKernelTests(NbGraderPreprocessor):
