@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""How fast does `python -m tritoncourse grade` grade? Seconds per graded notebook for every phase, one
+learner's five notebooks, and how a class grows, serial (--jobs 1) against parallel (--jobs N).
+
+    .venv/bin/python tools/grading_speed.py                 # measure, print, write results/grading-<device>.json
+    .venv/bin/python tools/grading_speed.py --write-docs    # ... and the tables of docs/INSTRUCTORS.md
+
+Every run grades the instructor's reference notebooks (a learner who passes everything runs every test to
+the end) with the real command, in a throw-away copy of the course (its own gradebook). On a GPU machine it
+measures the GPU; without one, Triton's interpreter on the CPU. Nothing is estimated: each figure is a wall
+time this script measured, with the machine's load average beside it (other jobs slow it down).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSIGNMENTS = ["01_vector_add", "02_softmax", "03_matmul_relu", "04_benchmarking", "05_autotuning"]
+DOCS = ROOT / "docs" / "INSTRUCTORS.md"
+BEGIN, END = "<!-- timing:begin -->", "<!-- timing:end -->"
+
+
+def env() -> dict:
+    e = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    e.pop("TRITONCOURSE_SEED", None)
+    return e
+
+
+def run(cmd: list[str], cwd: Path, timeout: float = 7200) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
+    return time.monotonic() - start, proc
+
+
+def device() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"gpu: {torch.cuda.get_device_name(0)}"
+    except Exception:
+        pass
+    return f"cpu: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Triton interpreter"
+
+
+def make_base(tmp: Path) -> tuple[Path, float]:
+    base = tmp / "base"
+    base.mkdir()
+    shutil.copy2(ROOT / "nbgrader_config.py", base / "nbgrader_config.py")
+    start = time.monotonic()
+    for a in ASSIGNMENTS:
+        shutil.copytree(ROOT / "source" / a, base / "source" / a)
+        _, proc = run([sys.executable, "-m", "nbgrader", "generate_assignment", a, "--force", "--log-level=WARN"],
+                      base)
+        if proc.returncode:
+            sys.exit(f"generate_assignment {a} failed:\n{proc.stderr[-3000:]}")
+    return base, time.monotonic() - start
+
+
+def course_with(base: Path, tmp: Path, name: str, learners: dict[str, list[str]]) -> Path:
+    """A copy of the generated course where each learner submitted the reference notebooks of these phases."""
+    course = tmp / name
+    shutil.copytree(base, course)
+    for student, phases in learners.items():
+        for a in phases:
+            dest = course / "submitted" / student / a
+            dest.mkdir(parents=True)
+            nb = nbformat.read(base / "source" / a / f"{a}.ipynb", as_version=4)
+            nbformat.write(nb, dest / f"{a}.ipynb")
+    return course
+
+
+def grade(course: Path, jobs: int, extra: list[str]) -> dict:
+    load = os.getloadavg()[0]
+    wall, proc = run([sys.executable, "-m", "tritoncourse", "grade", "--course", str(course), "--jobs", str(jobs),
+                      *extra], course)
+    state = json.loads((course / "autograded" / ".classroom" / "state.json").read_text())["entries"]
+    bad = {k: e.get("reason") for k, e in state.items() if e.get("status") != "graded"}
+    lost = {k: e.get("failed_tests") for k, e in state.items() if e.get("failed_tests")}
+    if proc.returncode or bad or lost:
+        sys.exit(f"grading failed (exit {proc.returncode}): {bad or lost}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    per = {}
+    for key, e in state.items():
+        a, student = key.split("/", 1)
+        verdicts = course / "autograded" / student / a / f"{a}.verdicts.json"
+        tests = json.loads(verdicts.read_text()) if verdicts.exists() else {}
+        per[key] = {"seconds": e["seconds"], "tests": len(tests),
+                    "test_seconds": round(sum(v.get("seconds", 0) for v in tests.values()), 1)}
+    return {"jobs": jobs, "wall": round(wall, 1), "notebooks": len(state), "per_notebook": per,
+            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+
+
+def plain_serial(course: Path, assignment: str, extra: list[str]) -> dict:
+    load = os.getloadavg()[0]
+    wall, proc = run([sys.executable, "-m", "nbgrader", "autograde", assignment, "--force", *extra], course)
+    if proc.returncode:
+        sys.exit(f"nbgrader autograde failed:\n{proc.stderr[-3000:]}")
+    n = len(list((course / "autograded").glob(f"*/{assignment}/{assignment}.ipynb")))
+    return {"wall": round(wall, 1), "notebooks": n, "load_before": round(load, 2),
+            "load_after": round(os.getloadavg()[0], 2)}
+
+
+def markdown(r: dict) -> str:
+    solo1, solo2 = r["one_learner"]["jobs1"], r["one_learner"]["jobsN"]
+    jobs = solo2["jobs"]
+    rows = ["| phase | tests | seconds per graded notebook (`--jobs 1`) | of which the isolated tests (sum) |",
+            "|---|---|---|---|"]
+    for a in ASSIGNMENTS:
+        p = solo1["per_notebook"][f"{a}/solo"]
+        rows.append(f"| {a} | {p['tests']} | {p['seconds']:.0f} s | {p['test_seconds']:.0f} s |")
+    lines = [f"Measured by `tools/grading_speed.py` on {r['date']}: {r['device']}, Python {r['python']}; "
+             "every figure is one wall-clock measurement of `python -m tritoncourse grade` on the reference "
+             "notebooks (each test run to the end), on a machine shared with other jobs (load average "
+             f"{r['load_min']:.1f}–{r['load_max']:.1f} during the runs).", "", "**One learner's five notebooks**", "",
+             *rows, "",
+             f"All five: **{solo1['wall']:.0f} s** with `--jobs 1`, **{solo2['wall']:.0f} s** with `--jobs {jobs}` "
+             f"(goal: at most 180 s: {'met' if min(solo1['wall'], solo2['wall']) <= 180 else 'NOT met'})."]
+    if r.get("class"):
+        c = r["class"]
+        lines += ["", f"**A class of {c['learners']} learners, all five notebooks, `--jobs {c['jobs']}`:** "
+                  f"{c['wall']:.0f} s for {c['notebooks']} notebooks, so **{c['learners_per_hour']:.0f} learners "
+                  "per hour** on this machine."]
+    g = r["growth"]
+    lines += ["", f"**How a class grows** (phase {g['assignment']}, N learners):", "",
+              f"| N | `--jobs 1` | `--jobs {jobs}` | speed-up | per notebook (`--jobs {jobs}`) |", "|---|---|---|---|---|"]
+    for row in g["rows"]:
+        lines.append(f"| {row['learners']} | {row['jobs1']:.0f} s | {row['jobsN']:.0f} s | "
+                     f"{row['jobs1'] / row['jobsN']:.2f}× | {row['jobsN'] / row['learners']:.1f} s |")
+    if g.get("plain"):
+        p = g["plain"]
+        lines += ["", f"Plain `nbgrader autograde {g['assignment']}` (one process, serial, no retries and no "
+                  f"resumption) graded the same {p['notebooks']} notebooks in {p['wall']:.0f} s "
+                  f"({p['wall'] / p['notebooks']:.1f} s each): `grade` starts one nbgrader per notebook, which "
+                  "costs a few seconds each, and buys isolation, retries and restarts."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="the parallel runs' --jobs")
+    ap.add_argument("--growth", default="1,2,4,8", help="class sizes of the growth table (phase 1)")
+    ap.add_argument("--class-size", type=int, default=0,
+                    help="also grade N learners x five notebooks at --jobs (learners per hour); 0: skip")
+    ap.add_argument("--grade-flag", action="append", default=[], help="extra flag for `tritoncourse grade`")
+    ap.add_argument("--write-docs", action="store_true", help="rewrite the timing section of docs/INSTRUCTORS.md")
+    ap.add_argument("--out", type=Path, help="JSON results (default: results/grading-cpu.json or -gpu.json)")
+    ap.add_argument("--from-json", type=Path, help="measure nothing: print (and --write-docs) an earlier result")
+    args = ap.parse_args()
+    if args.from_json:
+        r = json.loads(args.from_json.read_text())
+        return write(r, args.write_docs)
+    dev = device()
+    out = args.out or ROOT / "results" / f"grading-{dev.split(':')[0]}.json"
+    loads = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory(prefix="grading-speed-") as t:
+        tmp = Path(t)
+        base, gen = make_base(tmp)
+        print(f"generated the five assignments in {gen:.0f} s", flush=True)
+        r = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "device": dev,
+             "python": platform.python_version(), "generate_seconds": round(gen, 1), "one_learner": {}}
+        for label, jobs in (("jobs1", 1), ("jobsN", args.jobs)):
+            course = course_with(base, tmp, f"solo-{jobs}", {"solo": ASSIGNMENTS})
+            r["one_learner"][label] = res = grade(course, jobs, args.grade_flag)
+            loads += [res["load_before"], res["load_after"]]
+            print(f"one learner, five notebooks, --jobs {jobs}: {res['wall']:.0f} s "
+                  + ", ".join(f"{k.split('/')[0]} {v['seconds']:.0f} s" for k, v in res["per_notebook"].items()),
+                  flush=True)
+            shutil.rmtree(course)
+        if args.class_size:
+            course = course_with(base, tmp, "class", {f"s{i:03d}": ASSIGNMENTS for i in range(args.class_size)})
+            res = grade(course, args.jobs, args.grade_flag)
+            loads += [res["load_before"], res["load_after"]]
+            r["class"] = {"learners": args.class_size, "jobs": args.jobs, "wall": res["wall"],
+                          "notebooks": res["notebooks"],
+                          "learners_per_hour": round(args.class_size * 3600 / res["wall"], 1)}
+            print(f"class of {args.class_size}: {res['wall']:.0f} s", flush=True)
+            shutil.rmtree(course)
+        a = ASSIGNMENTS[0]
+        rows = []
+        sizes = [int(n) for n in args.growth.split(",") if n]
+        for n in sizes:
+            row = {"learners": n}
+            for label, jobs in (("jobs1", 1), ("jobsN", args.jobs)):
+                course = course_with(base, tmp, f"growth-{n}-{jobs}", {f"s{i:03d}": [a] for i in range(n)})
+                res = grade(course, jobs, args.grade_flag)
+                loads += [res["load_before"], res["load_after"]]
+                row[label] = res["wall"]
+                shutil.rmtree(course)
+            rows.append(row)
+            print(f"{n} learner(s) of {a}: --jobs 1 {row['jobs1']:.0f} s, --jobs {args.jobs} {row['jobsN']:.0f} s",
+                  flush=True)
+        r["growth"] = {"assignment": a, "rows": rows}
+        if sizes:
+            course = course_with(base, tmp, "plain", {f"s{i:03d}": [a] for i in range(max(sizes))})
+            r["growth"]["plain"] = res = plain_serial(course, a, [])
+            loads += [res["load_before"], res["load_after"]]
+            print(f"plain nbgrader autograde, {res['notebooks']} notebooks: {res['wall']:.0f} s", flush=True)
+    r["load_min"], r["load_max"] = min(loads), max(loads)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(r, indent=1) + "\n")
+    return write(r, args.write_docs)
+
+
+def readme_sentence(r: dict) -> str:
+    """The README's summary: learners per hour and one learner's five notebooks, as measured."""
+    solo = r["one_learner"]
+    best = min(solo["jobs1"]["wall"], solo["jobsN"]["wall"])
+    where = "a GPU" if r["device"].startswith("gpu") else "this CPU"
+    text = (f"Measured on {r['device'].split(': ', 1)[1]} ({r['date'][:10]}, `tools/grading_speed.py`): one "
+            f"learner's five notebooks grade in {best:.0f} s (goal: at most 180 s)")
+    if r.get("class"):
+        c = r["class"]
+        text += (f"; a class of {c['learners']} learners graded in {c['wall']:.0f} s with `--jobs {c['jobs']}`, "
+                 f"so one such machine grades about **{c['learners_per_hour']:.0f} learners per hour** "
+                 f"(all five phases, reference notebooks; learners whose kernels hang take longer, up to their "
+                 "tests' time limits)")
+    return text + f". Per-phase times and how a class grows on {where}: docs/INSTRUCTORS.md, section 9."
+
+
+README = ROOT / "README.md"
+README_BEGIN, README_END = "<!-- grading-speed:begin -->", "<!-- grading-speed:end -->"
+
+
+def write(r: dict, docs: bool) -> int:
+    text = markdown(r)
+    print(text)
+    if docs:
+        doc = DOCS.read_text()
+        i, j = doc.index(BEGIN) + len(BEGIN), doc.index(END)
+        DOCS.write_text(doc[:i] + "\n" + text + "\n" + doc[j:])
+        print(f"wrote {DOCS.relative_to(ROOT)}")
+        if not r["device"].startswith("gpu"):  # the README quotes the CPU; GPU numbers go to the docs by hand
+            readme = README.read_text()
+            i, j = readme.index(README_BEGIN) + len(README_BEGIN), readme.index(README_END)
+            README.write_text(readme[:i] + readme_sentence(r) + readme[j:])
+            print(f"wrote {README.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
