@@ -148,6 +148,7 @@ class JupyterLab:
                    MPLCONFIGDIR=str(tmp / "matplotlib"), TRITON_INTERPRET="1")
         env.pop("TRITONCOURSE_SEED", None)
         env.pop("NBGRADER_EXECUTION", None)
+        env.pop("TRITONCOURSE_HEADLESS", None)  # a person at the browser: real widgets
         cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
                "--port-retries=0", f"--IdentityProvider.token={self.token}",
                f"--ServerApp.root_dir={course / 'notebooks'}",

@@ -18,6 +18,7 @@ from ..benchmarking import RESULTS_FILE, grading, load_results
 from ..checks.autotuning import (GPUS, WARP_SIZE, describe, matmul_accumulator_registers, matmul_shared_memory,
                                  occupancy, waves)
 from ..device import infer_device
+from . import interactive
 
 SECTION = "autotuning"
 BLOCK_SIZES = (64, 128, 256, 512, 1024)
@@ -74,20 +75,20 @@ def draw_waves(size: int = 1536, tile: int = 128, programs_per_sm: int = 1, gpu:
 
 
 def waves_widget(size: int = 1536, tile: int = 128):
-    """Sliders for the problem size, the tile, programs per SM and the GPU, redrawing :func:`draw_waves`."""
-    import ipywidgets as widgets
+    """Sliders for the problem size, the tile, programs per SM and the GPU, redrawing :func:`draw_waves`
+    (headless: drawn once)."""
 
     def show(size, tile, programs_per_sm, gpu):
         draw_waves(size, tile, programs_per_sm, gpu)
         plt.show()
 
-    return widgets.interactive(
-        show,
+    defaults = dict(size=size, tile=tile, programs_per_sm=1, gpu="H100 SXM / H200")
+    return interactive(show, defaults, lambda widgets: dict(
         size=widgets.IntSlider(value=size, min=256, max=8192, step=128, description="M = N"),
         tile=widgets.Dropdown(options=list(TILES), value=tile, description="tile"),
         programs_per_sm=widgets.IntSlider(value=1, min=1, max=8, description="per SM"),
         gpu=widgets.Dropdown(options=list(GPUS), value="H100 SXM / H200", description="GPU"),
-    )
+    ))
 
 
 # --------------------------------------------------------------------------------------- occupancy
@@ -114,20 +115,19 @@ def draw_occupancy(num_warps: int = 4, registers: int = 128, shared_kb: int = 64
 
 
 def occupancy_widget(num_warps: int = 4, registers: int = 128, shared_kb: int = 64):
-    """Sliders for one program's num_warps, registers per thread and shared memory."""
-    import ipywidgets as widgets
+    """Sliders for one program's num_warps, registers per thread and shared memory (headless: drawn once)."""
 
     def show(num_warps, registers, shared_kb, gpu):
         draw_occupancy(num_warps, registers, shared_kb, gpu)
         plt.show()
 
-    return widgets.interactive(
-        show,
+    defaults = dict(num_warps=num_warps, registers=registers, shared_kb=shared_kb, gpu="H100 SXM / H200")
+    return interactive(show, defaults, lambda widgets: dict(
         num_warps=widgets.Dropdown(options=[1, 2, 4, 8, 16, 32], value=num_warps, description="num_warps"),
         registers=widgets.IntSlider(value=registers, min=16, max=255, step=8, description="registers"),
         shared_kb=widgets.IntSlider(value=shared_kb, min=0, max=228, step=4, description="shared KB"),
         gpu=widgets.Dropdown(options=list(GPUS), value="H100 SXM / H200", description="GPU"),
-    )
+    ))
 
 
 def config_budget(configs, gpu: str = "H100 SXM / H200") -> list[dict]:
@@ -230,9 +230,7 @@ def vector_add_sweep(kernel, n: int, num_stages: int = 1, block_sizes=BLOCK_SIZE
 
 def sweep_widget(kernel=None, sizes=(2**16, 2**20, 2**24), path=RESULTS_FILE):
     """The vector add's BLOCK_SIZE x num_warps heat map, per size and num_stages: timed live on a GPU (the
-    learner's kernel), the recorded GPU sweep on the CPU."""
-    import ipywidgets as widgets
-
+    learner's kernel), the recorded GPU sweep on the CPU. Headless: one heat map, the default choices."""
     live = kernel is not None and infer_device() == "cuda" and not grading()
     if live:
         def show(n, num_stages):
@@ -241,9 +239,9 @@ def sweep_widget(kernel=None, sizes=(2**16, 2**20, 2**24), path=RESULTS_FILE):
                          f"vector add, n = {n} fp32, num_stages = {num_stages}: GB/s (higher is better)")
             plt.show()
 
-        return widgets.interactive(show, n=widgets.Dropdown(options=list(sizes), value=sizes[1], description="n"),
-                                   num_stages=widgets.Dropdown(options=list(NUM_STAGES), value=1,
-                                                               description="num_stages"))
+        return interactive(show, dict(n=sizes[1], num_stages=1), lambda widgets: dict(
+            n=widgets.Dropdown(options=list(sizes), value=sizes[1], description="n"),
+            num_stages=widgets.Dropdown(options=list(NUM_STAGES), value=1, description="num_stages")))
     data, env = _recorded("vector_add_sweep", path)
     if data is None:
         print(env)
@@ -265,8 +263,9 @@ def sweep_widget(kernel=None, sizes=(2**16, 2**20, 2**24), path=RESULTS_FILE):
                      "GB/s, higher is better")
         plt.show()
 
-    return widgets.interactive(show, n=widgets.Dropdown(options=ns, value=ns[len(ns) // 2], description="n"),
-                               num_stages=widgets.Dropdown(options=stages, value=stages[0], description="num_stages"))
+    return interactive(show, dict(n=ns[len(ns) // 2], num_stages=stages[0]), lambda widgets: dict(
+        n=widgets.Dropdown(options=ns, value=ns[len(ns) // 2], description="n"),
+        num_stages=widgets.Dropdown(options=stages, value=stages[0], description="num_stages")))
 
 
 # ------------------------------------------------------------------------------------ autotuner tables

@@ -11,6 +11,8 @@ import math
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
+from . import interactive
+
 # The shared memory one program may use on the smallest recent NVIDIA GPUs (sm_86 / sm_89: 99 KB);
 # an H100 allows 227 KB. Triton keeps num_stages copies of the A and B tiles in flight.
 SHARED_MEMORY_BUDGET = 99 * 1024
@@ -107,27 +109,32 @@ def matmul_tiles_widget(M: int = 200, N: int = 160, K: int = 120, timer=None):
     """Dropdowns for BLOCK_M/N/K and sliders for the program id, redrawing :func:`draw_tile_reads`.
 
     ``timer(block_m, block_n, block_k)`` (optional, GPU only) returns TFLOP/s for those tiles; it is
-    called only when the "time it" box is ticked.
+    called only when the "time it" box is ticked, and once in a headless run (which draws the default tiles once).
     """
-    import ipywidgets as widgets
-
-    bm = widgets.Dropdown(options=BLOCK_CHOICES[:4], value=32, description="BLOCK_M")
-    bn = widgets.Dropdown(options=BLOCK_CHOICES[:4], value=32, description="BLOCK_N")
-    bk = widgets.Dropdown(options=BLOCK_CHOICES[:4], value=32, description="BLOCK_K")
-    pm = widgets.IntSlider(value=1, min=0, max=15, description="pid_m")
-    pn = widgets.IntSlider(value=2, min=0, max=15, description="pid_n")
-    controls = dict(block_m=bm, block_n=bn, block_k=bk, pid_m=pm, pid_n=pn)
-    if timer is not None:
-        controls["time_it"] = widgets.Checkbox(value=False, description="time it (GPU)")
+    sliders = {}  # the pid sliders, whose range follows the tiles (none in a headless run)
 
     def show(block_m, block_n, block_k, pid_m, pid_n, time_it=False):
-        pm.max, pn.max = math.ceil(M / block_m) - 1, math.ceil(N / block_n) - 1
+        last_m, last_n = math.ceil(M / block_m) - 1, math.ceil(N / block_n) - 1
+        if sliders:
+            sliders["pid_m"].max, sliders["pid_n"].max = last_m, last_n
         tflops = timer(block_m, block_n, block_k) if (timer is not None and time_it) else None
-        draw_tile_reads(M, N, K, block_m, block_n, block_k, min(pid_m, pm.max), min(pid_n, pn.max),
+        draw_tile_reads(M, N, K, block_m, block_n, block_k, min(pid_m, last_m), min(pid_n, last_n),
                         tflops=tflops)
         plt.show()
 
-    return widgets.interactive(show, **controls)
+    def controls(widgets):
+        sliders.update(pid_m=widgets.IntSlider(value=1, min=0, max=15, description="pid_m"),
+                       pid_n=widgets.IntSlider(value=2, min=0, max=15, description="pid_n"))
+        made = dict(block_m=widgets.Dropdown(options=BLOCK_CHOICES, value=32, description="BLOCK_M"),
+                    block_n=widgets.Dropdown(options=BLOCK_CHOICES, value=32, description="BLOCK_N"),
+                    block_k=widgets.Dropdown(options=BLOCK_CHOICES[:4], value=32, description="BLOCK_K"),
+                    **sliders)
+        if timer is not None:
+            made["time_it"] = widgets.Checkbox(value=False, description="time it (GPU)")
+        return made
+
+    defaults = dict(block_m=32, block_n=32, block_k=32, pid_m=1, pid_n=2, time_it=timer is not None)
+    return interactive(show, defaults, controls)
 
 
 def program_order(num_pid_m: int, num_pid_n: int, group_m: int) -> list[tuple[int, int]]:
@@ -183,15 +190,14 @@ def draw_program_order(num_pid_m: int = 8, num_pid_n: int = 8, group_m: int = 4,
 
 
 def program_order_widget(num_pid_m: int = 8, num_pid_n: int = 8):
-    """Sliders for GROUP_M and the number of programs running at once."""
-    import ipywidgets as widgets
+    """Sliders for GROUP_M and the number of programs running at once (headless: drawn once)."""
 
     def show(group_m, wave):
         draw_program_order(num_pid_m, num_pid_n, group_m, wave)
         plt.show()
 
-    return widgets.interactive(
-        show,
-        group_m=widgets.IntSlider(value=4, min=1, max=num_pid_m, description="GROUP_M"),
-        wave=widgets.IntSlider(value=8, min=1, max=num_pid_m * num_pid_n, description="at once"),
-    )
+    group_m, wave = min(4, num_pid_m), min(8, num_pid_m * num_pid_n)
+    return interactive(show, dict(group_m=group_m, wave=wave), lambda widgets: dict(
+        group_m=widgets.IntSlider(value=group_m, min=1, max=num_pid_m, description="GROUP_M"),
+        wave=widgets.IntSlider(value=wave, min=1, max=num_pid_m * num_pid_n, description="at once"),
+    ))

@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import Rectangle
 
+from . import interactive
+
 HATCHES = ["", "//", "..", "\\\\", "xx", "--", "++", "oo"]
 
 # Sample rows, each chosen to show something: (label, values for n columns).
@@ -144,14 +146,8 @@ def draw_online_softmax(row, block_size: int, title: str = "", fig=None):
 
 
 def online_softmax_widget(kind: str = "random normal", n_cols: int = 37, block_size: int = 8):
-    """A row kind, its length and BLOCK_SIZE to choose; draws the tiles and prints the table of steps."""
-    import ipywidgets as widgets
-
-    kind_w = widgets.Dropdown(options=list(SAMPLE_ROWS), value=kind, description="row",
-                              layout=widgets.Layout(width="420px"))
-    n_w = widgets.IntSlider(value=n_cols, min=1, max=64, description="n_cols")
-    b_w = widgets.Dropdown(options=[4, 8, 16, 32, 64], value=block_size, description="BLOCK_SIZE")
-    seed_w = widgets.IntSlider(value=0, min=0, max=9, description="seed")
+    """A row kind, its length and BLOCK_SIZE to choose; draws the tiles and prints the table of steps (headless:
+    drawn once)."""
 
     def show(kind, n_cols, block_size, seed):
         row = sample_row(kind, n_cols, seed)
@@ -164,4 +160,10 @@ def online_softmax_widget(kind: str = "random normal", n_cols: int = 37, block_s
         exact = torch.logsumexp(row, dim=0).item()
         print(f"\nlog(s) + m = {math.log(final['s']) + final['m']:.10g};  torch.logsumexp(row) = {exact:.10g}")
 
-    return widgets.interactive(show, kind=kind_w, n_cols=n_w, block_size=b_w, seed=seed_w)
+    return interactive(show, dict(kind=kind, n_cols=n_cols, block_size=block_size, seed=0), lambda widgets: dict(
+        kind=widgets.Dropdown(options=list(SAMPLE_ROWS), value=kind, description="row",
+                              layout=widgets.Layout(width="420px")),
+        n_cols=widgets.IntSlider(value=n_cols, min=1, max=64, description="n_cols"),
+        block_size=widgets.Dropdown(options=[4, 8, 16, 32, 64], value=block_size, description="BLOCK_SIZE"),
+        seed=widgets.IntSlider(value=0, min=0, max=9, description="seed"),
+    ))

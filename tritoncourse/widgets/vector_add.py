@@ -8,6 +8,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
+from . import interactive
+
 
 def draw_block_coverage(n_elements: int, block_size: int, ax=None, max_cols: int = 32):
     """Draw the 1-D launch grid: one row of lanes per program, masked lanes hatched and marked 'x'."""
@@ -40,14 +42,13 @@ def draw_block_coverage(n_elements: int, block_size: int, ax=None, max_cols: int
 
 
 def block_coverage_widget(n_elements: int = 37, block_size: int = 8):
-    """Sliders for n_elements and BLOCK_SIZE that redraw :func:`draw_block_coverage`."""
-    import ipywidgets as widgets
-
-    n_slider = widgets.IntSlider(value=n_elements, min=1, max=100, description="n_elements")
-    b_select = widgets.Dropdown(options=[2, 4, 8, 16, 32], value=block_size, description="BLOCK_SIZE")
+    """Sliders for n_elements and BLOCK_SIZE that redraw :func:`draw_block_coverage` (headless: drawn once)."""
 
     def show(n_elements, block_size):
         draw_block_coverage(n_elements, block_size)
         plt.show()
 
-    return widgets.interactive(show, n_elements=n_slider, block_size=b_select)
+    return interactive(show, dict(n_elements=n_elements, block_size=block_size), lambda widgets: dict(
+        n_elements=widgets.IntSlider(value=n_elements, min=1, max=100, description="n_elements"),
+        block_size=widgets.Dropdown(options=[2, 4, 8, 16, 32], value=block_size, description="BLOCK_SIZE"),
+    ))

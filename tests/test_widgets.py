@@ -1,0 +1,125 @@
+"""The widgets when a machine runs the notebook: does every factory draw once with its defaults and create no
+ipywidgets object (nbgrader, or TRITONCOURSE_HEADLESS=1 from gpu_check), and still make real widgets for a person?"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from tritoncourse import widgets as W  # noqa: E402
+from tritoncourse.widgets import autotuning, matmul, softmax, vector_add  # noqa: E402
+
+
+@pytest.fixture
+def shows(monkeypatch):
+    """Counts plt.show() calls (each is one picture drawn) and closes the figures."""
+    calls = []
+
+    def show(*args, **kwargs):
+        calls.append(len(plt.get_fignums()))
+        plt.close("all")
+
+    monkeypatch.setattr(plt, "show", show)
+    return calls
+
+
+@pytest.fixture
+def person(monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv(W.HEADLESS_VARIABLE, raising=False)
+
+
+@pytest.fixture
+def machine(monkeypatch, person):
+    """Headless, and ipywidgets unimportable: a factory that creates a widget anyway fails."""
+    monkeypatch.setenv(W.HEADLESS_VARIABLE, "1")
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)
+
+
+def _recorded_sweep(tmp_path):
+    rows = [[n, b, w, s, float(b * w + n % 7)] for n in (2**16, 2**20, 2**24) for b in (64, 1024) for w in (1, 8)
+            for s in (1, 2)]
+    recorded = {"environment": {"gpu": "TEST GPU", "driver": "0", "torch": "t", "triton": "3.6.0", "date": "d"},
+                "benchmarks": {"autotuning": {"columns": ["kernel"], "rows": [], "vector_add_sweep": {
+                    "columns": ["n", "BLOCK_SIZE", "num_warps", "num_stages", "GB/s"], "rows": rows}}}}
+    path = tmp_path / "gpu-results.json"
+    path.write_text(json.dumps(recorded))
+    return path
+
+
+def _factories(tmp_path):
+    path = _recorded_sweep(tmp_path)
+    return {
+        "block_coverage_widget": lambda: vector_add.block_coverage_widget(37, 8),
+        "online_softmax_widget": lambda: softmax.online_softmax_widget("increasing (the max grows in every tile)",
+                                                                       37, 8),
+        "matmul_tiles_widget": lambda: matmul.matmul_tiles_widget(M=200, N=160, K=120),
+        "program_order_widget": lambda: matmul.program_order_widget(8, 8),
+        "waves_widget": lambda: autotuning.waves_widget(1536, 128),
+        "occupancy_widget": lambda: autotuning.occupancy_widget(4, 168, 64),
+        "sweep_widget": lambda: autotuning.sweep_widget(None, path=path),
+    }
+
+
+@pytest.mark.parametrize("env", [{"TRITONCOURSE_HEADLESS": "1"}, {"TRITONCOURSE_HEADLESS": "true"},
+                                 {"NBGRADER_EXECUTION": "autograde"}, {"NBGRADER_EXECUTION": "validate"}])
+def test_headless_when_a_machine_runs_the_notebook(monkeypatch, person, env):
+    assert not W.headless()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert W.headless()
+
+
+@pytest.mark.parametrize("value", ["", "0", "no"])
+def test_not_headless_for_other_values(monkeypatch, person, value):
+    monkeypatch.setenv(W.HEADLESS_VARIABLE, value)
+    assert not W.headless()
+
+
+def test_every_factory_draws_once_and_returns_none_headless(machine, shows, tmp_path, capsys):
+    for name, factory in _factories(tmp_path).items():
+        before = len(shows)
+        assert factory() is None, name
+        assert len(shows) == before + 1, f"{name} drew {len(shows) - before} picture(s), not 1"
+        assert shows[-1] >= 1, f"{name} showed no figure"
+    out = capsys.readouterr().out
+    assert "log(s) + m" in out  # the online softmax widget's printed check ran too
+    assert "TEST GPU" in out  # the sweep widget read the recorded data
+
+
+def test_nbgrader_also_makes_factories_headless(monkeypatch, person, shows, tmp_path):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)
+    assert vector_add.block_coverage_widget() is None and len(shows) == 1
+
+
+def test_headless_runs_the_timer_path_once(machine, shows):
+    """The matmul widget's "time it" path runs in a headless run (on a GPU it times the kernel and can fail)."""
+    timed = []
+    assert matmul.matmul_tiles_widget(timer=lambda *tiles: timed.append(tiles) or 123.0) is None
+    assert timed == [(32, 32, 32)] and len(shows) == 1
+
+    def broken(*tiles):
+        raise RuntimeError("the timer failed")
+
+    with pytest.raises(RuntimeError, match="the timer failed"):
+        matmul.matmul_tiles_widget(timer=broken)
+
+
+def test_a_person_gets_real_widgets(person, shows, tmp_path):
+    import ipywidgets
+
+    for name, factory in _factories(tmp_path).items():
+        widget = factory()
+        assert isinstance(widget, ipywidgets.interactive), name
+        assert len(widget.children) >= 2, name
+    timed = []
+    widget = matmul.matmul_tiles_widget(timer=lambda *tiles: timed.append(tiles) or 1.0)
+    assert timed == []  # the "time it" box starts unticked
+    boxes = [c for c in widget.children if isinstance(c, ipywidgets.Checkbox)]
+    assert len(boxes) == 1
+    boxes[0].value = True
+    assert timed == [(32, 32, 32)]
