@@ -1,13 +1,20 @@
 """`make gpu-check`: verify the course on a real NVIDIA GPU and record every figure it measures.
 
-    python tools/gpu_check.py [--notebooks] [--grading] [--bench] [--out DIR] [--where LABEL]
+    python tools/gpu_check.py [--notebooks] [--grading] [--bench] [--sections S,...] [--phases P,...]
+                              [--out DIR] [--where LABEL]
 
-1. --notebooks: executes every source notebook top to bottom, kernels compiled on the GPU;
+1. --notebooks: executes every source notebook (or --phases) top to bottom, kernels compiled on the GPU, with
+                TRITONCOURSE_HEADLESS=1 (each widget draws once with its defaults, GPU timers included, and
+                creates no ipywidget); executed notebooks and nbclient's DEBUG log (<notebook>.nbclient.log)
+                go to --out;
 2. --grading:   runs tests/test_grading.py (real nbgrader autograde of the references and the wrong-kernel
                 suites) on the GPU;
 3. --bench:     benchmarks the reference kernels (taken from the source notebooks) side by side with torch
                 eager and torch.compile, plus the device's copy bandwidth and cuBLAS peak; providers are
-                interleaved and repeated, every ratio is a median. Results go to results/gpu-results.json.
+                interleaved and repeated, every ratio is a median. Sections (--sections): vector_add, softmax,
+                matmul_relu, add_relu_mul, roofline, autotuning (phase 5: autotuned kernels against the earlier
+                phases' and torch, and the sweeps its notebook shows). Results go to results/gpu-results.json,
+                and the README's results section is regenerated from it.
 With no flag, all three. Logs and executed notebooks go to --out (default results/gpu-run/).
 """
 from __future__ import annotations
@@ -16,6 +23,7 @@ import argparse
 import datetime as dt
 import importlib.util
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -50,30 +58,83 @@ def environment(where: str) -> dict:
 
 
 # ---------------------------------------------------------------- notebooks
-def run_notebooks(out: Path, phases: list[str]) -> dict:
+def _cell_seconds(cell) -> float:
+    """Wall time of one executed cell, from the timestamps nbclient records in its metadata."""
+    timing = cell.get("metadata", {}).get("execution", {})
+    start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not (start and end):
+        return 0.0
+    parse = lambda s: dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def execute_notebook(path: Path, out: Path, cell_timeout: int) -> dict:
+    """Run one notebook top to bottom (errors recorded, not raised); its slowest cells are reported.
+
+    The kernel runs with TRITONCOURSE_HEADLESS=1: the widgets draw their picture once with their default values
+    (GPU timers included) and create no ipywidgets object, which nbclient has been seen to wait on for a whole
+    cell timeout (jupyter/nbclient#312). nbclient's own log (every message it receives, at DEBUG) goes to
+    out/<notebook>.nbclient.log, so that a stall shows what it was waiting for.
+    """
+    import logging
+
     import nbformat
     from nbclient import NotebookClient
 
-    status = {}
-    for path in sorted((ROOT / "source").glob("*/*.ipynb")):
-        if phases and path.stem not in phases:
-            continue
-        log(f"executing {path.relative_to(ROOT)}")
-        nb = nbformat.read(path, as_version=4)
-        start = time.time()
-        client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
-                                resources={"metadata": {"path": str(path.parent)}})
+    os.environ["TRITONCOURSE_HEADLESS"] = "1"  # inherited by the kernel nbclient starts below
+    logger = logging.getLogger("traitlets")  # nbclient's and jupyter_client's logger outside an Application
+    handler = logging.FileHandler(out / f"{path.stem}.nbclient.log", mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    nb = nbformat.read(path, as_version=4)
+    start = time.time()
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}}, log=logger)
+    try:
         client.execute()
-        errors = []
-        for i, cell in enumerate(nb.cells):
-            for o in cell.get("outputs", []):
-                if o.get("output_type") == "error":
-                    errors.append(f"cell {i}: {o.get('ename')}: {o.get('evalue')}"[:300])
-        nbformat.write(nb, out / path.name)
-        status[path.stem] = {"seconds": round(time.time() - start, 1), "errors": errors}
-        log(f"  {path.stem}: {len(errors)} error(s) in {time.time() - start:.0f} s")
-        for e in errors:
-            log(f"    {e}")
+        crashed = None
+    except Exception as err:  # a cell over cell_timeout, or a dead kernel: keep what ran
+        crashed = f"{type(err).__name__}: {str(err)[:300]}"
+        logger.exception("execution stopped")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    errors = []
+    for i, cell in enumerate(nb.cells):
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                errors.append(f"cell {i}: {o.get('ename')}: {o.get('evalue')}"[:300])
+    if crashed:
+        errors.append(f"stopped: {crashed}")
+    slow = sorted(((round(_cell_seconds(c), 1), i, (c.metadata.get("nbgrader", {}).get("grade_id") or
+                    c.source.strip().splitlines()[0][:60] if c.source.strip() else ""))
+                   for i, c in enumerate(nb.cells) if c.cell_type == "code"), reverse=True)[:8]
+    nbformat.write(nb, out / path.name)
+    return {"seconds": round(time.time() - start, 1), "errors": errors,
+            "slowest_cells": [f"cell {i} ({name}): {s} s" for s, i, name in slow if s >= 1]}
+
+
+def run_notebooks(out: Path, phases: list[str], parallel: int = 1, cell_timeout: int = 300) -> dict:
+    """Every source notebook (or those of `phases`), `parallel` at a time: notebooks share the GPU then, so
+    their printed timings are not the recorded ones (those come from --bench, alone on the GPU).
+
+    Workers are spawned, not forked: the parent has initialised CUDA (torch.cuda.is_available()), and a forked
+    child of a CUDA process cannot use CUDA (nor should it inherit its threads)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    paths = [p for p in sorted((ROOT / "source").glob("*/*.ipynb")) if not phases or p.stem in phases]
+    status = {}
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, parallel), mp_context=spawn) as pool:
+        futures = {p.stem: pool.submit(execute_notebook, p, out, cell_timeout) for p in paths}
+        log(f"executing {len(paths)} notebook(s), {parallel} at a time")
+        for stem, future in futures.items():
+            status[stem] = future.result()
+            log(f"  {stem}: {len(status[stem]['errors'])} error(s) in {status[stem]['seconds']:.0f} s")
+            for line in status[stem]["errors"] + status[stem]["slowest_cells"]:
+                log(f"    {line}")
     return status
 
 
@@ -319,12 +380,162 @@ def bench_roofline(repeats: int, peaks: dict) -> dict:
                         "FLOP/byte", "bound"],
             "rows": rows, "points": points, "notes": notes}
 
+def _rate_row(kernel, problem, unit, rates: dict, best: str, tuning_s: float) -> list:
+    """One row of the autotuning table: the earlier phase's kernel, the autotuned one, torch (and cuBLAS a@b)."""
+    ratio = lambda p: rates["autotuned"] / rates[p] if p in rates else "-"
+    return [kernel, problem, unit, rates["earlier"], rates["autotuned"], rates["torch"], rates.get("cublas", "-"),
+            ratio("earlier"), ratio("torch"), ratio("cublas"), best, round(tuning_s, 1)]
 
-# BENCHMARKS = {..., "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline}
+
+def bench_autotuning(repeats: int, peaks: dict) -> dict:
+    """Phase 5: the autotuned kernels of the reference notebook against the earlier phases' fixed choices and
+    torch, plus the tables the phase-5 notebook reads back on the CPU: vector_add_sweep (sweep_widget),
+    matmul_sweep and resources (show_recorded_table), softmax_sweep. About two minutes on an H200."""
+    import torch
+    import triton
+
+    from tritoncourse.checks.autotuning import describe
+    from tritoncourse.widgets.autotuning import compiled_resources
+
+    nb = reference_module("05_autotuning")  # its kernels, configs, PHASE3_CONFIG and wrappers
+    mm, sm, va = (nb.triton_autotuned_matmul_relu_kernel, nb.triton_autotuned_online_softmax_kernel,
+                  nb.triton_autotuned_vector_add_kernel)
+    rows, targets, notes = [], {}, []
+
+    def tuned(call):
+        """The first call with a new key: the autotuner compiles and times every config, then launches the best."""
+        t0 = time.time()
+        out = call()
+        torch.cuda.synchronize()
+        return out, time.time() - t0
+
+    # 1. The matmul: phase 3's fixed config (same kernel, GROUP_M = 1) and the autotuner's choice, against
+    #    torch.relu(a @ b) and cuBLAS a @ b. Every config the autotuner timed goes to matmul_sweep.
+    matmul_sweep = []
+    for size in (512, 1536, 4096, 8192):
+        a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+        b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+        ref = torch.relu(a.float() @ b.float())
+        tol = dict(atol=0.05 * size**0.5, rtol=1e-2)
+        got, tuning_s = tuned(lambda: nb.matmul_relu_autotuned(a, b))
+        assert torch.allclose(got.float(), ref, **tol), f"autotuned matmul wrong at {size}"
+        best = describe(mm.best_config)
+        flops = nb.matmul_flops(size, size, size)
+        timed = {describe(c): (t[0] if isinstance(t, (list, tuple)) else t) for c, t in mm.configs_timings.items()}
+        for config, ms in sorted(timed.items(), key=lambda kv: kv[1]):  # fastest first, as print_timings
+            matmul_sweep.append([size, config, ms, flops / (ms * 1e-3) / 1e12 if math.isfinite(ms) else 0.0,
+                                 "best_config" if config == best else ""])
+        fixed = nb.matmul_relu_with_config(a, b, nb.PHASE3_CONFIG)[0]
+        assert torch.allclose(fixed.float(), ref, **tol), f"phase 3's config wrong at {size}"
+        t = interleaved({"earlier": lambda: nb.matmul_relu_with_config(a, b, nb.PHASE3_CONFIG),
+                         "autotuned": lambda: nb.matmul_relu_autotuned(a, b),
+                         "torch": lambda: torch.relu(a @ b), "cublas": lambda: a @ b}, repeats)
+        tf = {p: flops / (ms * 1e-3) / 1e12 for p, ms in t.items()}
+        rows.append(_rate_row("matmul+ReLU", f"M=N=K={size} fp16", "TFLOP/s", tf, best, tuning_s))
+        targets[f"matmul: autotuned >= 1.0x phase 3's fixed config at {size}"] = tf["autotuned"] >= tf["earlier"]
+        if size >= 4096:
+            targets[f"matmul: autotuned >= 1.0x torch.relu(a @ b) at {size}"] = tf["autotuned"] >= tf["torch"]
+            targets[f"matmul: autotuned >= 0.95x cuBLAS a @ b at {size}"] = tf["autotuned"] >= 0.95 * tf["cublas"]
+        log(f"autotuning matmul {size}: phase-3 config {tf['earlier']:.0f}, autotuned {tf['autotuned']:.0f} "
+            f"({best}, tuned in {tuning_s:.1f} s), relu(a@b) {tf['torch']:.0f}, a@b {tf['cublas']:.0f} TFLOP/s")
+        del a, b, ref, got, fixed
+    torch.cuda.empty_cache()
+
+    # 2. Registers, spills and shared memory of every matmul config, from the compiled kernels (as the notebook).
+    S = 1024
+    a = torch.randn(S, S, device="cuda", dtype=torch.float16)
+    b = torch.randn(S, S, device="cuda", dtype=torch.float16)
+    c = torch.empty_like(a)
+
+    def launch(fn, meta):
+        grid = (triton.cdiv(S, meta["BLOCK_M"]) * triton.cdiv(S, meta["BLOCK_N"]),)
+        return fn[grid](a, b, c, S, S, S, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                        c.stride(1), **meta)
+
+    resources = []
+    for r in compiled_resources(mm, launch):
+        if "error" in r:
+            resources.append([r["config"], "-", "-", "-", 0, f"does not compile here: {r['error']}", 0.0])
+        else:
+            resources.append([r["config"], r["registers"], r["spills"], round(r["shared KB"], 1), r["programs/SM"],
+                              r["bound by"], round(r["occupancy %"], 1)])
+
+    # 3. The online softmax: phase 2's kernel (BLOCK_SIZE 4096 for long rows) against the autotuned one.
+    phase2 = reference_module("02_softmax")
+    softmax_sweep = []
+    for n_rows, n_cols in ((4096, 4096), (1024, 65536), (256, 262144)):
+        x = torch.randn(n_rows, n_cols, device="cuda")
+        ref = torch.softmax(x, dim=-1)
+        got, tuning_s = tuned(lambda: nb.softmax_autotuned(x))
+        assert torch.allclose(got, ref, atol=1e-6, rtol=1e-4), f"autotuned softmax wrong at {n_rows}x{n_cols}"
+        assert torch.allclose(phase2.online_softmax(x), ref, atol=1e-6, rtol=1e-4), "phase 2's online softmax"
+        best = describe(sm.best_config)
+        moved = 2 * x.numel() * x.element_size()
+        for config, timing in sm.configs_timings.items():
+            ms = timing[0] if isinstance(timing, (list, tuple)) else timing  # [median, p20, p80] in triton 3.6
+            softmax_sweep.append([n_rows, n_cols, describe(config), ms,
+                                  moved / (ms * 1e-3) / 1e9 if math.isfinite(ms) else 0.0])
+        t = interleaved({"earlier": lambda: phase2.online_softmax(x), "autotuned": lambda: nb.softmax_autotuned(x),
+                         "torch": lambda: torch.softmax(x, dim=-1)}, repeats)
+        gbps = {p: moved / (ms * 1e-3) / 1e9 for p, ms in t.items()}
+        rows.append(_rate_row("online softmax", f"{n_rows}x{n_cols} fp32", "GB/s", gbps, best, tuning_s))
+        targets[f"online softmax: autotuned >= 1.0x phase 2's kernel at {n_rows}x{n_cols}"] = (
+            gbps["autotuned"] >= gbps["earlier"])
+        log(f"autotuning online softmax {n_rows}x{n_cols}: phase 2 {gbps['earlier']:.0f}, autotuned "
+            f"{gbps['autotuned']:.0f} GB/s ({best}), torch {gbps['torch']:.0f}")
+        del x, ref, got
+
+    # 4. The vector add: the whole BLOCK_SIZE x num_warps x num_stages sweep (what sweep_widget shows), then
+    #    phase 1's kernel (BLOCK_SIZE 1024) against the autotuned one. Sweep cells: do_bench(warmup=10, rep=40).
+    phase1 = reference_module("01_vector_add")
+    sweep = []
+    for exp in (16, 20, 24):
+        n = 2**exp
+        x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+        out = torch.empty_like(x)
+        for stages in (1, 2, 3, 4):
+            for block in (64, 128, 256, 512, 1024):
+                for warps in (1, 2, 4, 8):
+                    def run(block=block, warps=warps, stages=stages):
+                        va.fn[(triton.cdiv(n, block),)](x, y, out, n, BLOCK_SIZE=block, num_warps=warps,
+                                                        num_stages=stages)
+                    out.fill_(float("nan"))
+                    run()
+                    assert torch.equal(out, x + y), f"vector add wrong: n={n} {block} {warps} {stages}"
+                    ms = triton.testing.do_bench(run, warmup=10, rep=40, return_mode="median")
+                    sweep.append([n, block, warps, stages, 3 * n * 4 / (ms * 1e-3) / 1e9])
+        got, tuning_s = tuned(lambda: nb.vector_add_autotuned(x, y))
+        assert torch.equal(got, x + y), f"autotuned vector add wrong at n=2^{exp}"
+        best = describe(va.best_config)
+        t = interleaved({"earlier": lambda: phase1.vector_add(x, y), "autotuned": lambda: nb.vector_add_autotuned(x, y),
+                         "torch": lambda: x + y}, repeats)
+        gbps = {p: 3 * n * 4 / (ms * 1e-3) / 1e9 for p, ms in t.items()}
+        rows.append(_rate_row("vector add", f"n=2^{exp} fp32", "GB/s", gbps, best, tuning_s))
+        log(f"autotuning vector add 2^{exp}: phase 1 {gbps['earlier']:.0f}, autotuned {gbps['autotuned']:.0f} "
+            f"GB/s ({best}), torch {gbps['torch']:.0f}")
+
+    notes += [f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()]
+    notes += ["earlier = the earlier phase's fixed choice: phase 3's config "
+              f"({describe(nb.PHASE3_CONFIG)}) in the same kernel, phase 2's online softmax, phase 1's vector add; "
+              "tuning s = the first call with a new key (compiling and timing every config)"]
+    return {
+        "columns": ["kernel", "problem", "unit", "earlier", "autotuned", "torch", "cuBLAS a@b", "autotuned/earlier",
+                    "autotuned/torch", "autotuned/cuBLAS", "best config", "tuning s"],
+        "rows": rows, "targets": targets, "notes": notes,
+        "vector_add_sweep": {"columns": ["n", "BLOCK_SIZE", "num_warps", "num_stages", "GB/s"], "rows": sweep,
+                             "notes": ["each cell: do_bench median, warmup 10 ms, rep 40 ms; one run, not interleaved"]},
+        "matmul_sweep": {"columns": ["M=N=K", "config", "ms", "TFLOP/s", "chosen"], "rows": matmul_sweep,
+                         "notes": ["the autotuner's own timings (do_bench median per config) at the first call of "
+                                   "each size; inf = did not compile here, shown as 0 TFLOP/s"]},
+        "softmax_sweep": {"columns": ["n_rows", "n_cols", "config", "ms", "GB/s"], "rows": softmax_sweep},
+        "resources": {"columns": ["config", "registers", "spills", "shared KB", "programs/SM", "bound by",
+                                  "occupancy %"], "rows": resources,
+                      "notes": [f"compiled at M=N=K={S}; programs per SM from the CUDA occupancy rules"]},
+    }
 
 
 BENCHMARKS = {"vector_add": bench_vector_add, "softmax": bench_softmax, "matmul_relu": bench_matmul_relu,
-              "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline}
+              "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline, "autotuning": bench_autotuning}
 
 
 def run_bench(repeats: int, sections: list[str]) -> dict:
@@ -338,16 +549,25 @@ def run_bench(repeats: int, sections: list[str]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--notebooks", action="store_true")
-    parser.add_argument("--grading", action="store_true")
-    parser.add_argument("--bench", action="store_true")
-    parser.add_argument("--sections", default=",".join(BENCHMARKS))
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="With no step flag, all three steps run. Needs an NVIDIA GPU.")
+    parser.add_argument("--notebooks", action="store_true", help="execute the source notebooks on the GPU")
+    parser.add_argument("--grading", action="store_true", help="run tests/test_grading.py (real nbgrader)")
+    parser.add_argument("--bench", action="store_true", help="benchmark and record results/gpu-results.json")
+    parser.add_argument("--sections", default=",".join(BENCHMARKS),
+                        help=f"comma-separated benchmark sections (--bench; default: all of {', '.join(BENCHMARKS)})")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions per median (default 5)")
     parser.add_argument("--phases", default="", help="comma-separated assignments (default: all)")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "gpu-run")
-    parser.add_argument("--where", default="device machine (bare image, wheels carried)")
+    parser.add_argument("--parallel", type=int, default=1, help="notebooks executed at once (--notebooks)")
+    parser.add_argument("--cell-timeout", type=int, default=300, help="seconds a notebook cell may run")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "gpu-run",
+                        help="logs and executed notebooks (default results/gpu-run/)")
+    parser.add_argument("--where", default="device machine (bare image, wheels carried)",
+                        help="where the run happened, recorded with the results")
     args = parser.parse_args()
+    unknown = [s for s in args.sections.split(",") if s and s not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
     everything = not (args.notebooks or args.grading or args.bench)
     phases = [p for p in args.phases.split(",") if p]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -361,7 +581,7 @@ def main() -> int:
     record["environment"] = environment(args.where)
     log(json.dumps(record["environment"]))
     if everything or args.notebooks:
-        record.setdefault("notebooks", {}).update(run_notebooks(args.out, phases))
+        record.setdefault("notebooks", {}).update(run_notebooks(args.out, phases, args.parallel, args.cell_timeout))
     if everything or args.grading:
         record.setdefault("grading", {})[args.phases or "all"] = run_grading(args.out, phases)
     if everything or args.bench:
