@@ -16,7 +16,10 @@ from course import SUBMISSIONS, Course, fixtures, graded_test_ids
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct
 # test of any phase takes a few seconds here, far below the scaled limits).
-FLAGS = ("--IsolatedKernelTests.timeout_factor=0.5", "--ResilientExecute.timeout=60")
+# TRITONCOURSE_GRADING_FLAGS (e.g. a GPU run's own limits) replaces these flag by flag (traitlets takes each once).
+_FLAGS = dict(flag.split("=", 1) for flag in ("--IsolatedKernelTests.timeout_factor=0.5", "--ResilientExecute.timeout=60",
+                                               *os.environ.get("TRITONCOURSE_GRADING_FLAGS", "").split()))
+FLAGS = tuple(f"{key}={value}" for key, value in _FLAGS.items())
 
 
 def _kernel_tests(nb) -> list[str]:
@@ -26,7 +29,7 @@ def _kernel_tests(nb) -> list[str]:
 
 
 # Submissions are split over a few course copies (each its own gradebook) graded at the same time.
-SHARDS = max(2, min(4, os.cpu_count() or 1))
+SHARDS = int(os.environ.get("TRITONCOURSE_GRADING_SHARDS", 0)) or max(2, min(4, os.cpu_count() or 1))
 
 
 class Graded:
