@@ -93,6 +93,23 @@ def _at(path: Path) -> Course:
     return c
 
 
+@pytest.mark.parametrize("target,expect", [
+    (["grade"], "-m tritoncourse grade"),
+    (["grade", "PHASE=01_vector_add", "STUDENTS=ann bob", "JOBS=2", "GRADE_FLAGS=--timeout-factor 2"],
+     "-m tritoncourse grade 01_vector_add --students ann bob --jobs 2 --timeout-factor 2"),
+    (["grades"], "-m tritoncourse export -o grades.csv"),
+    (["collect", "PHASE=01_vector_add", "FROM=returned"], "-m tritoncourse collect 01_vector_add returned"),
+    (["feedback", "PHASE=01_vector_add"], "-m tritoncourse feedback 01_vector_add"),
+    (["solutions", "PHASE=01_vector_add"], "-m tritoncourse solutions 01_vector_add"),
+    (["handout", "OUT=../learners"], "-m tritoncourse handout ../learners"),
+    (["submit", "PHASE=01_vector_add", "STUDENT=ann"], "-m tritoncourse submit 01_vector_add --student ann"),
+])
+def test_make_targets_run_the_documented_commands(target, expect):
+    r = subprocess.run(["make", "-n", *target], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and expect in " ".join(r.stdout.split()), r.stdout + r.stderr
+    assert f"make {target[0]}" in (ROOT / "docs" / "INSTRUCTORS.md").read_text() + (ROOT / "README.md").read_text()
+
+
 def test_submit_writes_the_file_collect_expects(course, tmp_path):
     c = fresh(course, tmp_path)
     mine = tmp_path / "work" / f"{A}.ipynb"
