@@ -317,3 +317,47 @@ def test_real_autograde_keeps_every_notebook_when_the_grader_fails(tmp_path):
     tests = [t for t in scores if t.startswith("test_")]
     assert tests and all(scores[t] == 0 for t in tests), scores
     assert all("GRADER ERROR" in feedback[t] and "injected notebook fault" in feedback[t] for t in tests)
+
+
+def _sanitized(monkeypatch, runs):
+    """run_test on the GPU path (compute-sanitizer on), each process run answered by the next of `runs`."""
+    calls = []
+
+    def fake(cmd, cwd, env, out_path, timeout):
+        returncode, output, verdict = runs[len(calls)]
+        calls.append(cmd)
+        out_path.write_text(output)
+        if verdict is not None:
+            with open(env["TRITONCOURSE_RESULT_FILE"], "w") as f:
+                json.dump(verdict, f)
+        return returncode
+
+    monkeypatch.setattr(isolated, "sanitizer_enabled", lambda env=None: True)
+    monkeypatch.setattr(isolated.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(isolated, "_run_subprocess", fake)
+    outcome = isolated.run_test('"""Checks."""\nassert True\n', isolated.Assembly("", [], []), seed=7, device="cuda")
+    return outcome, calls
+
+
+PASS = {"ok": True, "kind": "pass", "message": ""}
+
+
+def test_a_silent_sanitizer_crash_is_retried_once(monkeypatch):
+    """Seen on an H200 under load: the checking process of a correct kernel died by SIGSEGV with an empty
+    compute-sanitizer report. It is run once more (same seed) before anything is blamed on the kernel."""
+    outcome, calls = _sanitized(monkeypatch, [(-11, "========= COMPUTE-SANITIZER\n", None),
+                                              (0, "========= ERROR SUMMARY: 0 errors\n", PASS)])
+    assert outcome.ok and len(calls) == 2 and calls[0][0].endswith("compute-sanitizer")
+
+
+def test_a_crash_twice_is_the_kernels(monkeypatch):
+    crash = (-11, "========= COMPUTE-SANITIZER\n", None)
+    outcome, calls = _sanitized(monkeypatch, [crash, crash])
+    assert not outcome.ok and outcome.kind == "crash" and len(calls) == 2
+
+
+def test_a_sanitizer_report_is_not_retried(monkeypatch):
+    """An invalid access found by the sanitizer (exit code 86) is the kernel's: no second run."""
+    report = "========= Invalid __global__ read of size 4 bytes\n========= ERROR SUMMARY: 1 error\n"
+    outcome, calls = _sanitized(monkeypatch, [(86, report, None)])
+    assert not outcome.ok and "invalid memory accesses" in outcome.message and len(calls) == 1
