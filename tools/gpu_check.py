@@ -315,6 +315,31 @@ def bench_matmul_relu(repeats: int, peaks: dict) -> dict:
             "notes": [f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()]}
 
 
+def bench_matmul_relu_grouped(repeats: int, peaks: dict) -> dict:
+    """Phase 3's optional exercise: the same tiles on a 2-D grid (pid_m fastest) and in grouped order."""
+    import torch
+
+    nb = reference_module("03_matmul_relu")
+    rows = []
+    for size in (2048, 4096, 8192):
+        a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+        b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+        ref = torch.relu(a.float() @ b.float())
+        for fn in (nb.matmul_relu, nb.matmul_relu_grouped):
+            assert torch.allclose(fn(a, b).float(), ref, atol=0.05 * size**0.5, rtol=1e-2), fn.__name__
+        t = interleaved({"2d": lambda: nb.matmul_relu(a, b), "grouped": lambda: nb.matmul_relu_grouped(a, b),
+                         "torch": lambda: torch.relu(a @ b)}, repeats)
+        tflops = {p: 2 * size**3 / (ms * 1e-3) / 1e12 for p, ms in t.items()}
+        rows.append([size, tflops["2d"], tflops["grouped"], tflops["torch"], tflops["grouped"] / tflops["2d"],
+                     tflops["grouped"] / tflops["torch"]])
+        log(f"matmul_relu grouped {size}: 2-D grid {tflops['2d']:.0f} TFLOP/s, grouped {tflops['grouped']:.0f}, "
+            f"relu(a@b) {tflops['torch']:.0f}")
+    return {"columns": ["M=N=K (fp16)", "2-D grid TFLOP/s", "grouped TFLOP/s", "relu(a@b) TFLOP/s",
+                        "grouped/2-D", "grouped/relu(a@b)"],
+            "rows": rows,
+            "notes": ["same tiles and warps in both (the notebook's defaults); grouped: GROUP_M = 8 on a 1-D grid"]}
+
+
 def _phase4():
     """The phase-4 notebook as a module (its graded functions, wrappers and GPU helpers), and the roof."""
     nb = reference_module("04_benchmarking")
@@ -535,6 +560,7 @@ def bench_autotuning(repeats: int, peaks: dict) -> dict:
 
 
 BENCHMARKS = {"vector_add": bench_vector_add, "softmax": bench_softmax, "matmul_relu": bench_matmul_relu,
+              "matmul_relu_grouped": bench_matmul_relu_grouped,
               "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline, "autotuning": bench_autotuning}
 
 

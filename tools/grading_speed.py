@@ -132,7 +132,9 @@ def markdown(r: dict) -> str:
         lines += ["", f"**A class of {c['learners']} learners, all five notebooks, `--jobs {c['jobs']}`:** "
                   f"{c['wall']:.0f} s for {c['notebooks']} notebooks, so **{c['learners_per_hour']:.0f} learners "
                   "per hour** on this machine."]
-    g = r["growth"]
+    g = r.get("growth") or {"rows": []}
+    if not g["rows"]:
+        return "\n".join(lines)
     lines += ["", f"**How a class grows** (phase {g['assignment']}, N learners):", "",
               f"| N | `--jobs 1` | `--jobs {jobs}` | speed-up | per notebook (`--jobs {jobs}`) |", "|---|---|---|---|---|"]
     for row in g["rows"]:
@@ -170,6 +172,11 @@ def main() -> int:
         print(f"generated the five assignments in {gen:.0f} s", flush=True)
         r = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "device": dev,
              "python": platform.python_version(), "generate_seconds": round(gen, 1), "one_learner": {}}
+
+        def save() -> None:  # after every stage, so a run stopped at a time limit keeps what it measured
+            r["load_min"], r["load_max"] = min(loads), max(loads)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(r, indent=1) + "\n")
         for label, jobs in (("jobs1", 1), ("jobsN", args.jobs)):
             course = course_with(base, tmp, f"solo-{jobs}", {"solo": ASSIGNMENTS})
             r["one_learner"][label] = res = grade(course, jobs, args.grade_flag)
@@ -178,6 +185,7 @@ def main() -> int:
                   + ", ".join(f"{k.split('/')[0]} {v['seconds']:.0f} s" for k, v in res["per_notebook"].items()),
                   flush=True)
             shutil.rmtree(course)
+            save()
         if args.class_size:
             course = course_with(base, tmp, "class", {f"s{i:03d}": ASSIGNMENTS for i in range(args.class_size)})
             res = grade(course, args.jobs, args.grade_flag)
@@ -187,6 +195,7 @@ def main() -> int:
                           "learners_per_hour": round(args.class_size * 3600 / res["wall"], 1)}
             print(f"class of {args.class_size}: {res['wall']:.0f} s", flush=True)
             shutil.rmtree(course)
+            save()
         a = ASSIGNMENTS[0]
         rows = []
         sizes = [int(n) for n in args.growth.split(",") if n]
@@ -207,9 +216,7 @@ def main() -> int:
             r["growth"]["plain"] = res = plain_serial(course, a, [])
             loads += [res["load_before"], res["load_after"]]
             print(f"plain nbgrader autograde, {res['notebooks']} notebooks: {res['wall']:.0f} s", flush=True)
-    r["load_min"], r["load_max"] = min(loads), max(loads)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(r, indent=1) + "\n")
+        save()
     return write(r, args.write_docs)
 
 
