@@ -122,8 +122,8 @@ def markdown(r: dict) -> str:
         rows.append(f"| {a} | {p['tests']} | {p['seconds']:.0f} s | {p['test_seconds']:.0f} s |")
     lines = [f"Measured by `tools/grading_speed.py` on {r['date']}: {r['device']}, Python {r['python']}; "
              "every figure is one wall-clock measurement of `python -m tritoncourse grade` on the reference "
-             "notebooks (each test run to the end), on a machine shared with other jobs (load average "
-             f"{r['load_min']:.1f}–{r['load_max']:.1f} during the runs).", "", "**One learner's five notebooks**", "",
+             "notebooks (each test run to the end); load average "
+             f"{r['load_min']:.1f}–{r['load_max']:.1f} during the runs, their own load included.", "", "**One learner's five notebooks**", "",
              *rows, "",
              f"All five: **{solo1['wall']:.0f} s** with `--jobs 1`, **{solo2['wall']:.0f} s** with `--jobs {jobs}` "
              f"(goal: at most 180 s: {'met' if min(solo1['wall'], solo2['wall']) <= 180 else 'NOT met'})."]
