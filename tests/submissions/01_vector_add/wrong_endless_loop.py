@@ -1,5 +1,7 @@
-# The last program loops (practically) forever; the others are right. The loop changes the stored
-# value, so a GPU compiler cannot drop it.
+# The last program loops (practically) forever; the others are right. The loop runs in fp32 whatever the
+# input dtype (in fp16, `acc * 1.0000001` is `acc * 1.0` and a GPU compiler folds the loop away), changes
+# the value every step by an fp32 multiply-add no compiler can fold (v -> v / 2 + 1: it settles at 2.0,
+# but only by running), and the stored value depends on it: the loop cannot be dropped in any dtype.
 # expect-fail: test_vector_add_ragged_sizes test_vector_add_block_sizes test_vector_add_large test_vector_add_fp16
 # expect-message: did not finish
 @triton.jit
@@ -13,8 +15,10 @@ def triton_vector_add_kernel(
     pid = tl.program_id(0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
-    acc = tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
+    total = tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
     if (pid + 1) * BLOCK_SIZE > n_elements:
+        acc32 = total.to(tl.float32)
         for i in range(0, 1 << 40):
-            acc = acc * 1.0000001
-    tl.store(output_ptr + offsets, acc, mask=mask)
+            acc32 = acc32 * 0.5 + 1.0
+        total = acc32.to(output_ptr.dtype.element_ty)
+    tl.store(output_ptr + offsets, total, mask=mask)
