@@ -17,6 +17,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from traitlets import Bool, Float, Integer
 
+from nbgrader.api import Gradebook
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
 from nbgrader.utils import is_grade, is_solution
 
@@ -98,12 +99,83 @@ def _unresponsive() -> NotebookNode:
 
 
 class RestoreDeletedCells(OverwriteCells):
-    """nbgrader's OverwriteCells, with deleted grade cells put back where they belong.
+    """nbgrader's OverwriteCells, with deleted grade cells put back where they belong, and never fatal.
 
     nbgrader 0.9.6's ``add_missing_cells`` fails (KeyError) when the cell before a deleted test in the
     source is a read-only cell, and then that learner's whole notebook goes ungraded. Here each missing
     grade cell goes right after the nearest earlier source cell still in the notebook.
+
+    Like :class:`ResilientExecute`, a failure here (a gradebook that cannot be read, a bug of ours, a cell
+    nbgrader chokes on) no longer loses the notebook: it is logged, the notebook keeps every cell as far as
+    it was restored, and grading goes on. Each cell is checked on its own and the two restoring passes run
+    apart, so one failure costs only what it touches. A test cell that could not be checked against the
+    gradebook (the learner may have edited it) is not trusted: it is replaced by one that fails with a
+    GRADER ERROR, so that it scores 0 until the instructor regrades, never points the learner did not earn.
     """
+
+    def preprocess(self, nb, resources):
+        self._checked = set()  # id() of the cells checked against the gradebook, or put back from it
+        self._errors = []
+        try:
+            info = resources["nbgrader"]
+            self.notebook_id, self.assignment_id, self.db_url = info["notebook"], info["assignment"], info["db_url"]
+            self.gradebook = Gradebook(self.db_url)
+            with self.gradebook:
+                # nbconvert's loop over the cells; preprocess_cell guards each one
+                nb, resources = super(OverwriteCells, self).preprocess(nb, resources)
+                if self.add_missing_cells:
+                    for step in (self.add_missing_grade_cells, self.add_missing_task_cells):
+                        try:
+                            nb, resources = step(nb, resources)
+                        except Exception as err:
+                            self._failed(f"{step.__name__} failed", err)
+        except Exception as err:
+            self._failed("restoring the notebook from the gradebook failed", err)
+        if self._errors:
+            self._fail_unchecked_tests(nb, self._errors[0])
+            try:
+                resources.setdefault("tritoncourse", {})["restore_errors"] = list(self._errors)
+            except Exception:
+                pass
+        return nb, resources
+
+    def preprocess_cell(self, cell, resources, index):
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        except Exception as err:
+            meta = cell.get("metadata", {}).get("nbgrader", {}) if isinstance(cell, dict) else {}
+            self._failed(f"cell {index} ({meta.get('grade_id') if isinstance(meta, dict) else None}) "
+                         "could not be checked", err)
+            return cell, resources
+        self._checked.add(id(cell))
+        return cell, resources
+
+    def _failed(self, what: str, err: BaseException) -> None:
+        self.log.error("RestoreDeletedCells: %s; grading continues.", what, exc_info=err)
+        self._errors.append(f"{what}: {type(err).__name__}: {err}")
+
+    def _fail_unchecked_tests(self, nb, why: str) -> None:
+        """Every code test cell not checked against the gradebook fails with a GRADER ERROR (must not raise)."""
+        try:
+            cells = list(nb.cells)
+            message = (f"GRADER ERROR: this test could not be checked against the gradebook "
+                       f"({(why.splitlines() or ['?'])[0]}), so it counts as failed. This is not a verdict on your "
+                       "work: your notebook was kept; ask your instructor to regrade it.")
+        except Exception:
+            self.log.error("RestoreDeletedCells: could not fail the unchecked test cells", exc_info=True)
+            return
+        for index, cell in enumerate(cells):
+            try:
+                if id(cell) in self._checked or cell.get("cell_type") != "code" or not is_grade(cell) \
+                        or is_solution(cell):
+                    continue
+                self.log.error("RestoreDeletedCells: test cell %s (%s) was not checked: it fails.", index,
+                               cell.metadata.nbgrader.get("grade_id"))
+                cell.source = ("# Not checked against the gradebook: failed by the grader.\n"
+                               f"raise RuntimeError({message!r})")
+                cell.outputs = []
+            except Exception:
+                self.log.error("RestoreDeletedCells: could not fail unchecked cell %s", index, exc_info=True)
 
     def add_missing_grade_cells(self, nb, resources):
         source_nb = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
@@ -128,6 +200,7 @@ class RestoreDeletedCells(OverwriteCells):
                 cell.source = "\n".join([lines[magic]] + lines[:magic] + lines[magic + 1:])
             before = [present[name] for name in reversed(order[:position]) if name in present]
             nb.cells.insert(before[0] + 1 if before else 0, cell)
+            self._checked.add(id(cell))  # straight from the gradebook
         return nb, resources
 
 
