@@ -361,3 +361,32 @@ def test_a_sanitizer_report_is_not_retried(monkeypatch):
     report = "========= Invalid __global__ read of size 4 bytes\n========= ERROR SUMMARY: 1 error\n"
     outcome, calls = _sanitized(monkeypatch, [(86, report, None)])
     assert not outcome.ok and "invalid memory accesses" in outcome.message and len(calls) == 1
+
+
+SANITIZER_READ = """========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 4 bytes
+=========     at triton_softmax_kernel+0x2a0 in /tmp/x/learner_kernels.py:12
+=========     by thread (96,0,0) in block (2,0,0)
+=========     Address 0x7f0000001000 is out of bounds
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: _PyEval_EvalFrameDefault [0x1db2ed] in python3
+========= Invalid __global__ read of size 4 bytes
+=========     at triton_softmax_kernel+0x2a0 in /tmp/x/learner_kernels.py:12
+=========         Host Frame: PyObject_Call [0x14b1d4] in python3
+========= ERROR SUMMARY: 2 errors
+"""
+
+
+def test_a_sanitizer_report_reads_like_the_cpu_fence(monkeypatch):
+    """An out-of-bounds read on the GPU is named as the CPU's fence names it, with the first report and
+    without its host backtrace."""
+    outcome, _ = _sanitized(monkeypatch, [(86, SANITIZER_READ, PASS)])
+    assert "reads past the end" in outcome.message and "Invalid __global__ read" in outcome.message
+    assert "Host Frame" not in outcome.message and "1 more like it (ERROR SUMMARY: 2 errors)" in outcome.message
+
+
+def test_a_failed_check_keeps_its_diagnosis_beside_the_sanitizer(monkeypatch):
+    """The stray reads also made NaN: the check's own diagnosis (which names the cause) comes first."""
+    verdict = {"ok": False, "kind": "fail", "message": "C[0, 3] is NaN: K = 40 is not a multiple of BLOCK_K = 16"}
+    outcome, _ = _sanitized(monkeypatch, [(86, SANITIZER_READ, verdict)])
+    assert outcome.message.startswith("C[0, 3] is NaN") and "compute-sanitizer found" in outcome.message

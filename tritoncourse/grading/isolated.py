@@ -294,9 +294,7 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
         result = _read(tmpd / "result.json")
         output = _read(tmpd / "out.txt")
         if returncode == 86:
-            return Outcome(False, "fail", "compute-sanitizer found invalid memory accesses:\n"
-                           + _tail(output, 2000) + "\nLikely cause: a load or store outside a tensor: an unmasked load or store (a "
-                           "tl.load or tl.store without a mask, or with a mask that lets lanes past the end through).",
+            return Outcome(False, "fail", _sanitizer_message(output, result, _read(tmpd / "stage.txt")),
                            seed, seconds, title)
         if returncode > 0 and not result and not use_sanitizer:
             # The runner reports every exception of the learner's kernel or the test; a signal is a crash. An
@@ -312,6 +310,43 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
         verdict = json.loads(result)
         return Outcome(bool(verdict["ok"]) and returncode == 0, verdict["kind"], verdict["message"],
                        seed, seconds, title)
+
+
+def _sanitizer_message(output: str, result: str, stage: str) -> str:
+    """compute-sanitizer's verdict in the words of the CPU's fence: what was read or written out of bounds, the
+    first report (not its host backtrace), and, when the check itself also failed, the check's own diagnosis."""
+    lines = [line.removeprefix("=========").rstrip() for line in output.splitlines() if line.startswith("=========")]
+    first, errors = [], [line for line in lines if line.strip().startswith("Invalid ")]
+    for line in lines:
+        if first and ("Saved host backtrace" in line or line.strip().startswith("Invalid ")):
+            break
+        if first or line.strip().startswith("Invalid "):
+            first.append(line)
+    summary = next((line.strip() for line in lines if "ERROR SUMMARY" in line), "")
+    report = "\n".join(first[:6]) if first else _tail(output, 1500)
+    if len(errors) > 1:
+        report += f"\n  ... and {len(errors) - 1} more like it ({summary or 'see the full log'})"
+    reads = any("read" in line for line in errors)
+    writes = any("write" in line for line in errors)
+    if reads and not writes:
+        cause = ("Likely cause: an unmasked load: a tl.load reads past the end (or before the start) of an input. "
+                 "Every lane must be masked, even lanes whose values you never store.")
+    elif writes and not reads:
+        cause = ("Likely cause: an unmasked store: a tl.store writes past the end (or before the start) of the "
+                 "output. Mask every store with the same bounds as its load.")
+    else:
+        cause = ("Likely cause: a load or store outside a tensor: an unmasked load or store (a tl.load or tl.store "
+                 "without a mask, or with a mask that lets lanes past the end through).")
+    where = stage.removeprefix("FENCE-READ: ")
+    text = (f"compute-sanitizer found invalid memory accesses{' while ' + where if where else ''}:\n{report}\n"
+            f"{cause}")
+    try:
+        verdict = json.loads(result) if result else None
+    except ValueError:
+        verdict = None
+    if verdict and not verdict.get("ok") and verdict.get("message"):
+        text = f"{verdict['message']}\n{text}"
+    return text
 
 
 def _silent_sanitizer_crash(returncode: int | None, tmpd: Path) -> bool:
