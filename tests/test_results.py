@@ -18,7 +18,7 @@ def test_results_file_names_gpu_versions_and_date_when_present():
         assert "No GPU results recorded yet" in results_markdown()
         return
     env = results["environment"]
-    for key in ("gpu", "driver", "torch", "triton", "date", "where", "container"):
+    for key in ("gpu", "driver", "torch", "triton", "date", "where", "container", "repeats"):
         assert env.get(key), key
     for name, table in results.get("benchmarks", {}).items():
         assert table["rows"] and all(len(r) == len(table["columns"]) for r in table["rows"]), name

@@ -613,7 +613,10 @@ def main() -> int:
         return 2
     os.environ.pop("TRITON_INTERPRET", None)
     record = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    earlier = record.get("environment", {})
     record["environment"] = environment(args.where)
+    if "repeats" in earlier:  # the recorded benchmarks' repetitions, until --bench measures again
+        record["environment"]["repeats"] = earlier["repeats"]
     log(json.dumps(record["environment"]))
     if everything or args.notebooks:
         record.setdefault("notebooks", {}).update(run_notebooks(args.out, phases, args.parallel, args.cell_timeout))

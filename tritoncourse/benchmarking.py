@@ -47,7 +47,7 @@ def show_recorded(section: str, path: Path = RESULTS_FILE) -> None:
         return
     env = results["environment"]
     print(f"Recorded on {env['gpu']} (driver {env['driver']}), torch {env['torch']}, "
-          f"triton {env['triton']}, {env['date']}; medians of {env['repeats']} interleaved repetitions.")
+          f"triton {env['triton']}, {env['date']}; medians of {env.get('repeats', '?')} interleaved repetitions.")
     table = results["benchmarks"][section]
     cols = table["columns"]
     print("  ".join(f"{c:>14}" for c in cols))
