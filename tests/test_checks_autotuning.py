@@ -137,13 +137,18 @@ def test_cpu_timer_follows_do_bench_conventions():
 
 
 @pytest.mark.skipif(A.infer_device() != "cpu", reason="runs the interpreter's fence")
-def test_every_vector_add_config_runs_and_a_broken_config_is_named():
+def test_every_vector_add_config_runs_and_leaves_impossible_configs_to_the_limits_test():
+    """A config no GPU can run (BLOCK_SIZE 96, num_warps 3) fails the hardware-limits test only: the
+    every-config test skips it (on a GPU it would not even compile), so one mistake costs one test. A space
+    with nothing runnable fails here too, rather than passing with nothing checked."""
     configs = [triton.Config({"BLOCK_SIZE": b}, num_warps=4) for b in (32, 128)]
     A.check_every_vector_add_config(tuned(_vector_add, configs, ["n_elements"]), n=200, seed=1)
-    broken = configs + [triton.Config({"BLOCK_SIZE": 96}, num_warps=4)]
-    msg = _fails(A.check_every_vector_add_config, tuned(_vector_add, broken, ["n_elements"]), 200, 1,
-                 match="config #2 of 3")
-    assert "not a power of two" in msg
+    impossible = [triton.Config({"BLOCK_SIZE": 96}, num_warps=4), triton.Config({"BLOCK_SIZE": 64}, num_warps=3)]
+    A.check_every_vector_add_config(tuned(_vector_add, configs + impossible, ["n_elements"]), n=200, seed=1)
+    assert set(A.block_limit_problems(configs + impossible)) == {2, 3}
+    msg = _fails(A.check_every_vector_add_config, tuned(_vector_add, impossible, ["n_elements"]), 200, 1,
+                 match="None of the 2 configs")
+    assert "hardware-limits test" in msg
 
 
 def test_sweep_widgets_show_recorded_data_or_say_there_is_none(tmp_path, capsys, monkeypatch):

@@ -256,6 +256,17 @@ def check_matmul_configs_fit(kernel) -> None:
     MATMUL_DATACENTER_CONFIGS (datacenter GPUs only)."""
     tuner = autotuner_of(kernel, MATMUL)
     configs = _configs(tuner, MATMUL)
+    _report_limits(MATMUL, configs, matmul_limit_problems(tuner, configs),
+                   "every config must compile on the GPU it runs on: powers of two, tl.dot tiles >= 16, at most "
+                   "32 warps, registers and shared memory within the hardware's (see the table above the kernel). "
+                   "On a GPU, a config over the shared-memory limit fails to compile and the autotuner silently "
+                   "skips it: it costs tuning time and can never win.")
+    stage("done")
+
+
+def matmul_limit_problems(tuner, configs) -> dict[int, list[str]]:
+    """{config index: the hardware limits it breaks}: the one predicate behind check_matmul_configs_fit and
+    the configs check_every_matmul_config leaves to it."""
     datacenter = tuner.base_fn.__globals__.get(DATACENTER_LIST, [])
     problems: dict[int, list[str]] = {}
     for i, c in enumerate(configs):
@@ -290,12 +301,7 @@ def check_matmul_configs_fit(kernel) -> None:
                           f"{smem / 1024:.0f} KB: {where}")
         if ps:
             problems[i] = ps
-    _report_limits(MATMUL, configs, problems,
-                   "every config must compile on the GPU it runs on: powers of two, tl.dot tiles >= 16, at most "
-                   "32 warps, registers and shared memory within the hardware's (see the table above the kernel). "
-                   "On a GPU, a config over the shared-memory limit fails to compile and the autotuner silently "
-                   "skips it: it costs tuning time and can never win.")
-    stage("done")
+    return problems
 
 
 def check_block_configs_fit(kernel, name: str) -> None:
@@ -303,6 +309,14 @@ def check_block_configs_fit(kernel, name: str) -> None:
     two of at most 2**20 elements, num_warps a power of two of at most 32, num_stages >= 1."""
     tuner = autotuner_of(kernel, name)
     configs = _configs(tuner, name)
+    _report_limits(name, configs, block_limit_problems(configs),
+                   "BLOCK_SIZE and num_warps must be powers of two (num_warps from 1 to 32), num_stages at least "
+                   "1. The interpreter ignores num_warps, a GPU compiler does not.")
+    stage("done")
+
+
+def block_limit_problems(configs) -> dict[int, list[str]]:
+    """{config index: the hardware limits it breaks} for a one-block-size kernel (softmax, vector add)."""
     problems: dict[int, list[str]] = {}
     for i, c in enumerate(configs):
         ps = []
@@ -314,10 +328,21 @@ def check_block_configs_fit(kernel, name: str) -> None:
         ps += _common_limits(c)
         if ps:
             problems[i] = ps
-    _report_limits(name, configs, problems,
-                   "BLOCK_SIZE and num_warps must be powers of two (num_warps from 1 to 32), num_stages at least "
-                   "1. The interpreter ignores num_warps, a GPU compiler does not.")
-    stage("done")
+    return problems
+
+
+def _runnable(name: str, configs, problems: dict[int, list[str]]) -> list[int]:
+    """The configs an every-config check runs: those that break no hardware limit. The others are the
+    hardware-limits test's to fail (on a GPU they do not even compile), so one mistake costs one test, on the
+    CPU and on a GPU alike. A space with no runnable config fails here too: nothing in it can be checked."""
+    runnable = [i for i in range(len(configs)) if i not in problems]
+    if not runnable:
+        raise KernelCheckError(
+            f"None of the {len(configs)} configs of `{name}` can run on a GPU (each breaks a hardware limit: see "
+            "the hardware-limits test), so no config could be checked for correct results.\n"
+            "Likely cause: fix the limits first (powers of two, tl.dot tiles >= 16, num_warps 1 to 32, shared "
+            "memory); then every config is run here.")
+    return runnable
 
 
 # ------------------------------------------------------------------------------------------ launching
@@ -521,6 +546,11 @@ def diagnose_matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, meta: d
         return (f"C[{r}, {c}] is NaN: the kernel read outside A or B (the memory around them holds NaN in this "
                 f"test, and 0 * NaN = NaN).{tail} Mask both loads: rows < M and k < K for A, k < K and "
                 "columns < N for B, with other=0.0.")
+    if K % bk and ((out == 0) & (expected > 0)).any() and not torch.isnan(out).any():
+        return (f"K = {K} is not a multiple of BLOCK_K = {bk}, and C holds zeros where relu(A @ B) is positive: a "
+                "kernel that assumes BLOCK_K divides K reads past the end of A's rows and B's columns on the last K "
+                "step (NaN in this test, and on a GPU tl.maximum(NaN, 0) gives 0). Mask both loads: rows < M and "
+                "k < K for A, k < K and columns < N for B, with other=0.0.")
     # Tiles written with the wrong tile's values: a permuted or duplicated mapping.
     rel = ((out - expected).abs() / expected.abs().clamp(min=1.0)).max().item()
     if rel < 3e-2:
@@ -661,6 +691,9 @@ def check_every_matmul_config(kernel, M: int = 40, N: int = 50, K: int = 70, see
             if m not in meta:
                 raise KernelCheckError(f"Config #{i} ({describe(c)}) does not set {m}.\n"
                                        f"Likely cause: every config must set {', '.join(META[MATMUL])}.")
+    for i in _runnable(MATMUL, configs, matmul_limit_problems(tuner, configs)):
+        c = configs[i]
+        meta = _config_meta(c)
         context = f"config #{i} of {len(configs)}: {describe(c)}; M={M}, N={N}, K={K}, seed {seed}"
         _run_matmul_case(tuner.fn, a, b, meta, context=context, device=device)
     stage("done")
@@ -671,8 +704,19 @@ def check_matmul_autotuner(kernel, M: int = 40, N: int = 50, K: int = 70, seed: 
     """The autotuner itself runs (with a CPU timer on the interpreter): it times every config of the list, its
     ``best_config`` is the fastest of its ``configs_timings``, and the tuned launch is that config's launch (C is
     what best_config gives when launched directly). Whether each config is *correct* is
-    :func:`check_every_matmul_config`'s question: which config wins here depends on the timer."""
+    :func:`check_every_matmul_config`'s question: which config wins here depends on the timer. Configs that
+    break a hardware limit are left out, as there: they are the limits test's (on a GPU, one whose tl.dot tile
+    is under 16 stops the autotuner with a compile error)."""
     tuner = autotuner_of(kernel, MATMUL)
+    configs = list(tuner.configs)
+    tuner.configs = [configs[i] for i in _runnable(MATMUL, configs, matmul_limit_problems(tuner, configs))]
+    try:
+        _check_matmul_autotuner(tuner, M, N, K, seed)
+    finally:
+        tuner.configs = configs
+
+
+def _check_matmul_autotuner(tuner, M: int, N: int, K: int, seed: int | None) -> None:
     device = infer_device()
     seed = fresh_seed() if seed is None else seed
     a, b = make_matmul_inputs(M, N, K, seed)
@@ -793,10 +837,12 @@ def check_every_softmax_config(kernel, n_rows: int = 3, n_cols: int = 300, seed:
     seed = fresh_seed() if seed is None else seed
     x = 2 * torch.randn(n_rows, n_cols, generator=generator(seed))
     for i, c in enumerate(configs):
-        meta = _config_meta(c)
-        if "BLOCK_SIZE" not in meta:
+        if "BLOCK_SIZE" not in _config_meta(c):
             raise KernelCheckError(f"Config #{i} ({describe(c)}) does not set BLOCK_SIZE.\n"
                                    "Likely cause: every config must set BLOCK_SIZE.")
+    for i in _runnable(SOFTMAX, configs, block_limit_problems(configs)):
+        c = configs[i]
+        meta = _config_meta(c)
         context = f"config #{i} of {len(configs)}: {describe(c)}; n_rows={n_rows}, n_cols={n_cols}, seed {seed}"
         _check_softmax_case(tuner.fn, x, meta, context=context, device=device)
     stage("done")
@@ -845,10 +891,12 @@ def check_every_vector_add_config(kernel, n: int = 1000, seed: int | None = None
     g = generator(seed)
     x, y = torch.randn(n, generator=g), torch.rand(n, generator=g) * 4 + 1
     for i, c in enumerate(configs):
-        meta = _config_meta(c)
-        if "BLOCK_SIZE" not in meta:
+        if "BLOCK_SIZE" not in _config_meta(c):
             raise KernelCheckError(f"Config #{i} ({describe(c)}) does not set BLOCK_SIZE.\n"
                                    "Likely cause: every config must set BLOCK_SIZE.")
+    for i in _runnable(VECTOR_ADD, configs, block_limit_problems(configs)):
+        c = configs[i]
+        meta = _config_meta(c)
         context = f"config #{i} of {len(configs)}: {describe(c)}; n_elements={n}, seed {seed}"
         _check_vector_add_case(tuner.fn, x, y, meta, context=context, device=device)
     stage("done")

@@ -1,6 +1,6 @@
-# A config with BLOCK_N = 48: tl.arange needs a power of two (the interpreter refuses it too, so the config fails
-# when launched, and the autotuner's run with it fails).
-# expect-fail: test_autotuned_matmul_relu_configs_fit test_autotuned_matmul_relu_every_config test_autotuned_matmul_relu_autotuner_runs
+# A config with BLOCK_N = 48: tl.arange needs a power of two (the interpreter refuses it too). The every-config and
+# autotuner tests leave it to the hardware-limits test, so it costs that one test, on the CPU as on a GPU.
+# expect-fail: test_autotuned_matmul_relu_configs_fit
 # expect-message: is not a power of two
 # replaces: autotuned_vector_add_kernel
 MATMUL_CONFIGS = [
