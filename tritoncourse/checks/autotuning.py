@@ -331,10 +331,16 @@ def block_limit_problems(configs) -> dict[int, list[str]]:
     return problems
 
 
-def _runnable(name: str, configs, problems: dict[int, list[str]]) -> list[int]:
-    """The configs an every-config check runs: those that break no hardware limit. The others are the
-    hardware-limits test's to fail (on a GPU they do not even compile), so one mistake costs one test, on the
-    CPU and on a GPU alike. A space with no runnable config fails here too: nothing in it can be checked."""
+def _runnable(name: str, configs, problems: dict[int, list[str]], required: tuple = ()) -> list[int]:
+    """The configs an every-config check runs: each must set the `required` meta-parameters; those that break
+    a hardware limit are left out, the hardware-limits test's to fail (on a GPU they do not even compile), so
+    one mistake costs one test, on the CPU and on a GPU alike. A space with no runnable config fails here too:
+    nothing in it can be checked."""
+    for i, c in enumerate(configs):
+        missing = [m for m in required if m not in _config_meta(c)]
+        if missing:
+            raise KernelCheckError(f"Config #{i} ({describe(c)}) does not set {missing[0]}.\n"
+                                   f"Likely cause: every config must set {', '.join(required)}.")
     runnable = [i for i in range(len(configs)) if i not in problems]
     if not runnable:
         raise KernelCheckError(
@@ -685,13 +691,7 @@ def check_every_matmul_config(kernel, M: int = 40, N: int = 50, K: int = 70, see
     device = infer_device()
     seed = fresh_seed() if seed is None else seed
     a, b = make_matmul_inputs(M, N, K, seed)
-    for i, c in enumerate(configs):
-        meta = _config_meta(c)
-        for m in META[MATMUL]:
-            if m not in meta:
-                raise KernelCheckError(f"Config #{i} ({describe(c)}) does not set {m}.\n"
-                                       f"Likely cause: every config must set {', '.join(META[MATMUL])}.")
-    for i in _runnable(MATMUL, configs, matmul_limit_problems(tuner, configs)):
+    for i in _runnable(MATMUL, configs, matmul_limit_problems(tuner, configs), META[MATMUL]):
         c = configs[i]
         meta = _config_meta(c)
         context = f"config #{i} of {len(configs)}: {describe(c)}; M={M}, N={N}, K={K}, seed {seed}"
@@ -836,22 +836,12 @@ def check_every_softmax_config(kernel, n_rows: int = 3, n_cols: int = 300, seed:
     device = infer_device()
     seed = fresh_seed() if seed is None else seed
     x = 2 * torch.randn(n_rows, n_cols, generator=generator(seed))
-    for i in _runnable_block_configs(SOFTMAX, configs):
+    for i in _runnable(SOFTMAX, configs, block_limit_problems(configs), ("BLOCK_SIZE",)):
         c = configs[i]
         meta = _config_meta(c)
         context = f"config #{i} of {len(configs)}: {describe(c)}; n_rows={n_rows}, n_cols={n_cols}, seed {seed}"
         _check_softmax_case(tuner.fn, x, meta, context=context, device=device)
     stage("done")
-
-
-def _runnable_block_configs(name: str, configs) -> list[int]:
-    """The one-block-size configs an every-config check runs: each must set BLOCK_SIZE; those breaking a
-    hardware limit are left to the limits test (see _runnable)."""
-    for i, c in enumerate(configs):
-        if "BLOCK_SIZE" not in _config_meta(c):
-            raise KernelCheckError(f"Config #{i} ({describe(c)}) does not set BLOCK_SIZE.\n"
-                                   "Likely cause: every config must set BLOCK_SIZE.")
-    return _runnable(name, configs, block_limit_problems(configs))
 
 
 # ------------------------------------------------------------------------------------------- vector add
@@ -896,7 +886,7 @@ def check_every_vector_add_config(kernel, n: int = 1000, seed: int | None = None
     seed = fresh_seed() if seed is None else seed
     g = generator(seed)
     x, y = torch.randn(n, generator=g), torch.rand(n, generator=g) * 4 + 1
-    for i in _runnable_block_configs(VECTOR_ADD, configs):
+    for i in _runnable(VECTOR_ADD, configs, block_limit_problems(configs), ("BLOCK_SIZE",)):
         c = configs[i]
         meta = _config_meta(c)
         context = f"config #{i} of {len(configs)}: {describe(c)}; n_elements={n}, seed {seed}"
