@@ -419,12 +419,14 @@ def bench_autotuning(repeats: int, peaks: dict) -> dict:
     import torch
     import triton
 
-    from tritoncourse.checks.autotuning import describe
+    from tritoncourse.checks.autotuning import describe, set_tuning_timer
     from tritoncourse.widgets.autotuning import compiled_resources
 
     nb = reference_module("05_autotuning")  # its kernels, configs, PHASE3_CONFIG and wrappers
     mm, sm, va = (nb.triton_autotuned_matmul_relu_kernel, nb.triton_autotuned_online_softmax_kernel,
                   nb.triton_autotuned_vector_add_kernel)
+    for kernel in (mm, sm, va):
+        set_tuning_timer(kernel)  # as the notebook: 200 ms of warm-up per config, not 25
     rows, targets, notes = [], {}, []
 
     def tuned(call):
@@ -499,6 +501,7 @@ def bench_autotuning(repeats: int, peaks: dict) -> dict:
         assert torch.allclose(got, ref, atol=1e-6, rtol=1e-4), f"autotuned softmax wrong at {n_rows}x{n_cols}"
         assert torch.allclose(phase2.online_softmax(x), ref, atol=1e-6, rtol=1e-4), "phase 2's online softmax"
         best = describe(sm.best_config)
+        block, warps = phase2.online_launch_config(n_cols)
         moved = 2 * x.numel() * x.element_size()
         for config, timing in sm.configs_timings.items():
             ms = timing[0] if isinstance(timing, (list, tuple)) else timing  # [median, p20, p80] in triton 3.6
@@ -508,10 +511,11 @@ def bench_autotuning(repeats: int, peaks: dict) -> dict:
                          "torch": lambda: torch.softmax(x, dim=-1)}, repeats)
         gbps = {p: moved / (ms * 1e-3) / 1e9 for p, ms in t.items()}
         rows.append(_rate_row("online softmax", f"{n_rows}x{n_cols} fp32", "GB/s", gbps, best, tuning_s))
-        targets[f"online softmax: autotuned >= 1.0x phase 2's kernel at {n_rows}x{n_cols}"] = (
-            gbps["autotuned"] >= gbps["earlier"])
-        block = triton.next_power_of_2(n_cols) if n_cols < 16384 else 16384
-        if best == describe(triton.Config({"BLOCK_SIZE": block}, num_warps=min(16, max(2, block // 512)))):
+        same = best == describe(triton.Config({"BLOCK_SIZE": block}, num_warps=warps))
+        # phase 2's tile and warps with the same kernel body: the ratio of their times is measurement noise
+        targets[f"online softmax: autotuned >= 1.0x phase 2's kernel (or the same kernel) at {n_rows}x{n_cols}"] = (
+            same or gbps["autotuned"] >= gbps["earlier"])
+        if same:
             notes.append(f"online softmax {n_rows}x{n_cols}: the autotuner chose phase 2's own tile and warps, so "
                          f"both ran the same kernel; their ratio ({gbps['autotuned'] / gbps['earlier']:.3f}) is "
                          "measurement noise")
@@ -559,7 +563,7 @@ def bench_autotuning(repeats: int, peaks: dict) -> dict:
         "vector_add_sweep": {"columns": ["n", "BLOCK_SIZE", "num_warps", "num_stages", "GB/s"], "rows": sweep,
                              "notes": ["each cell: do_bench median, warmup 10 ms, rep 40 ms; one run, not interleaved"]},
         "matmul_sweep": {"columns": ["M=N=K", "config", "ms", "TFLOP/s", "chosen"], "rows": matmul_sweep,
-                         "notes": ["the autotuner's own timings (do_bench median per config) at the first call of "
+                         "notes": ["the autotuner's own timings (do_bench median per config, 200 ms of warm-up) at the first call of "
                                    "each size; inf = did not compile here, shown as 0 TFLOP/s"]},
         "softmax_sweep": {"columns": ["n_rows", "n_cols", "config", "ms", "GB/s"], "rows": softmax_sweep},
         "resources": {"columns": ["config", "registers", "spills", "shared KB", "programs/SM", "bound by",
