@@ -583,7 +583,11 @@ def run_bench(repeats: int, sections: list[str]) -> dict:
     log(f"peaks: copy {peaks['copy_gbps']:.0f} GB/s, cuBLAS {peaks['cublas_fp16_tflops']:.0f} TFLOP/s")
     results = {"peaks": peaks}
     for name in sections:
+        started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         results[name] = BENCHMARKS[name](repeats, peaks)
+        # sections are often measured in separate runs: each keeps its own date and the roofs it was measured with
+        results[name]["measured"] = {"date": started, "copy_gbps": peaks["copy_gbps"],
+                                     "cublas_fp16_tflops": peaks["cublas_fp16_tflops"]}
     return results
 
 

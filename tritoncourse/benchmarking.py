@@ -46,9 +46,10 @@ def show_recorded(section: str, path: Path = RESULTS_FILE) -> None:
               "run `make gpu-check` on a machine with an NVIDIA GPU.")
         return
     env = results["environment"]
-    print(f"Recorded on {env['gpu']} (driver {env['driver']}), torch {env['torch']}, "
-          f"triton {env['triton']}, {env['date']}; medians of {env.get('repeats', '?')} interleaved repetitions.")
     table = results["benchmarks"][section]
+    date = table.get("measured", {}).get("date", env["date"])
+    print(f"Recorded on {env['gpu']} (driver {env['driver']}), torch {env['torch']}, "
+          f"triton {env['triton']}, {date}; medians of {env.get('repeats', '?')} interleaved repetitions.")
     cols = table["columns"]
     print("  ".join(f"{c:>14}" for c in cols))
     for row in table["rows"]:
@@ -71,15 +72,21 @@ def results_markdown(results: dict | None = None) -> str:
     env = results["environment"]
     lines = [f"Recorded by `make gpu-check` on an **{env['gpu']}** (compute capability {env['compute_capability']}, "
              f"{env['sm_count']} SMs, driver {env['driver']}), torch {env['torch']}, triton {env['triton']}, "
-             f"CUDA {env['cuda']}, Python {env['python']}, {env['date']}; where: {env['where']}; "
+             f"CUDA {env['cuda']}, Python {env['python']}; last run {env['date']}; where: {env['where']}; "
              f"container: {env['container']}. Every figure is the median of {env.get('repeats', '?')} interleaved "
-             "repetitions of `triton.testing.do_bench` medians, providers timed side by side in one run."]
+             "repetitions of `triton.testing.do_bench` medians, providers timed side by side in one run; each "
+             "section says when it was measured."]
     peaks = results.get("peaks")
     if peaks:
-        lines.append(f"\nRoofs measured in the same run: device copy **{peaks['copy_gbps']:.0f} GB/s** "
+        lines.append(f"\nRoofs of the latest benchmark run: device copy **{peaks['copy_gbps']:.0f} GB/s** "
                      f"(bytes read + written), cuBLAS fp16 8192³ **{peaks['cublas_fp16_tflops']:.0f} TFLOP/s**.")
     for name, table in results.get("benchmarks", {}).items():
         lines.append(f"\n**{name}**\n")
+        measured = table.get("measured")
+        if measured:
+            roofs = (f"; roofs of that run: copy {measured['copy_gbps']:.0f} GB/s, cuBLAS "
+                     f"{measured['cublas_fp16_tflops']:.0f} TFLOP/s" if "copy_gbps" in measured else "")
+            lines.append(f"_Measured {measured['date']}{roofs}._\n")
         lines.append("| " + " | ".join(table["columns"]) + " |")
         lines.append("|" + "---|" * len(table["columns"]))
         for row in table["rows"]:

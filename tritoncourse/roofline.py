@@ -82,12 +82,15 @@ def show_recorded_roofline(roof=None, classify=None, section: str = "roofline", 
     results = load_results(path)
     table = (results or {}).get("benchmarks", {}).get(section)
     peaks = (results or {}).get("peaks", {})
+    if table and "copy_gbps" in table.get("measured", {}):
+        peaks = table["measured"]  # the roofs of the run that measured these points
     if not table or not table.get("points") or "copy_gbps" not in peaks:
         print(f"No GPU roofline ('{section}') has been recorded yet (results/gpu-results.json); "
               "run `make gpu-check` on a machine with an NVIDIA GPU.")
         return None
     env = results["environment"]
-    title = (f"Recorded on {env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']}")
+    date = table.get("measured", {}).get("date", env["date"])
+    title = f"Recorded on {env['gpu']}, torch {env['torch']}, triton {env['triton']}, {date}"
     print(title + f"; roof: device copy {peaks['copy_gbps']:.0f} GB/s, cuBLAS fp16 "
                   f"{peaks['cublas_fp16_tflops']:.0f} TFLOP/s")
     return plot_roofline(table["points"], peaks["copy_gbps"], peaks["cublas_fp16_tflops"], roof, classify,
