@@ -132,6 +132,14 @@ _CRASH_HINTS = {
 }
 
 
+# The likely causes of a memory fault, shared by the CPU fence's crash message and compute-sanitizer's verdict.
+UNMASKED_LOAD_HINT = ("Likely cause: an unmasked load: a tl.load reads past the end (or before the start) of an "
+                      "input. Every lane must be masked (offsets < n_elements, say), even lanes whose values you "
+                      "never store.")
+OUT_OF_BOUNDS_HINT = ("Likely cause: a load or store outside a tensor: an unmasked load or store (a tl.load or "
+                      "tl.store without a mask, or with a mask that lets lanes past the end through).")
+
+
 def _crash_message(returncode: int, stage: str) -> str:
     try:
         sig = signal.Signals(-returncode)
@@ -140,12 +148,9 @@ def _crash_message(returncode: int, stage: str) -> str:
         what = f"exit code {returncode}"
     msg = f"Your kernel crashed the checking process with {what}"
     if stage.startswith("FENCE-READ"):
-        return (f"{msg} while {stage[len('FENCE-READ: '):]}.\n"
-                "Likely cause: an unmasked load: a tl.load reads past the end (or before the start) of an "
-                "input. Every lane must be masked (offsets < n_elements), even lanes whose values you never store.")
+        return f"{msg} while {stage[len('FENCE-READ: '):]}.\n{UNMASKED_LOAD_HINT}"
     msg += f" while {stage}." if stage else "."
-    return (f"{msg}\nLikely cause: a load or store outside a tensor (on the interpreter this reads or writes "
-            "host memory); check that every tl.load and tl.store is masked.")
+    return f"{msg}\n{OUT_OF_BOUNDS_HINT} On the interpreter such an access reads or writes host memory."
 
 
 class _Zygote:
@@ -329,14 +334,12 @@ def _sanitizer_message(output: str, result: str, stage: str) -> str:
     reads = any("read" in line for line in errors)
     writes = any("write" in line for line in errors)
     if reads and not writes:
-        cause = ("Likely cause: an unmasked load: a tl.load reads past the end (or before the start) of an input. "
-                 "Every lane must be masked, even lanes whose values you never store.")
+        cause = UNMASKED_LOAD_HINT
     elif writes and not reads:
         cause = ("Likely cause: an unmasked store: a tl.store writes past the end (or before the start) of the "
                  "output. Mask every store with the same bounds as its load.")
     else:
-        cause = ("Likely cause: a load or store outside a tensor: an unmasked load or store (a tl.load or tl.store "
-                 "without a mask, or with a mask that lets lanes past the end through).")
+        cause = OUT_OF_BOUNDS_HINT
     where = stage.removeprefix("FENCE-READ: ")
     text = (f"compute-sanitizer found invalid memory accesses{' while ' + where if where else ''}:\n{report}\n"
             f"{cause}")
