@@ -2,7 +2,8 @@
 # BLOCK_K = 16, K = 70 with BLOCK_K = 32) and reads past A's rows and B's columns.
 # expect-fail: test_autotuned_matmul_relu_values test_autotuned_matmul_relu_every_config
 # expect-message: is not a multiple of BLOCK_K
-# replaces: autotuned_vector_add_kernel
+# replaces: autotuned_matmul_relu_kernel
+# other-solutions: source
 MATMUL_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
     for bm, bn, bk, w, s in [
@@ -45,40 +46,3 @@ def triton_autotuned_matmul_relu_kernel(
     c = tl.maximum(acc, 0.0).to(tl.float16)
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, c,
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
-
-
-SOFTMAX_CONFIGS = [triton.Config({"BLOCK_SIZE": b}, num_warps=w) for b in (256, 1024) for w in (2, 4)]
-
-
-@triton.autotune(configs=SOFTMAX_CONFIGS, key=["n_rows", "n_cols"])
-@triton.jit
-def triton_autotuned_online_softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows,
-                                           n_cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0)
-    in_row = input_ptr + row * input_row_stride
-    out_row = output_ptr + row * output_row_stride
-    cols = tl.arange(0, BLOCK_SIZE)
-    m_i = tl.max(tl.full((BLOCK_SIZE,), -float("inf"), tl.float32), axis=0)
-    l_i = tl.sum(tl.zeros((BLOCK_SIZE,), tl.float32), axis=0)
-    for start in range(0, n_cols, BLOCK_SIZE):
-        mask = start + cols < n_cols
-        x = tl.load(in_row + start + cols, mask=mask, other=-float("inf")).to(tl.float32)
-        m_new = tl.maximum(m_i, tl.max(x, axis=0))
-        l_i = l_i * tl.exp(m_i - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
-        m_i = m_new
-    for start in range(0, n_cols, BLOCK_SIZE):
-        mask = start + cols < n_cols
-        x = tl.load(in_row + start + cols, mask=mask, other=-float("inf")).to(tl.float32)
-        tl.store(out_row + start + cols, tl.exp(x - m_i) / l_i, mask=mask)
-
-
-VECTOR_ADD_CONFIGS = [triton.Config({"BLOCK_SIZE": b}, num_warps=w) for b in (64, 256, 1024) for w in (1, 4, 8)]
-
-
-@triton.autotune(configs=VECTOR_ADD_CONFIGS, key=["n_elements"])
-@triton.jit
-def triton_autotuned_vector_add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-    offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    tl.store(output_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
-             mask=mask)

@@ -1,51 +1,8 @@
 # The softmax's config space has one config: nothing to tune.
 # expect-fail: test_autotuned_online_softmax_configs
 # expect-message: nothing to choose from
-# replaces: autotuned_vector_add_kernel
-MATMUL_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
-    for bm, bn, bk, w, s in [
-        (128, 128, 32, 4, 4),
-        (128, 64, 32, 4, 4),
-        (64, 128, 32, 4, 4),
-        (64, 32, 32, 2, 5),
-        (32, 64, 32, 2, 5),
-    ]
-]
-MATMUL_DATACENTER_CONFIGS = []
-
-
-@triton.autotune(configs=MATMUL_CONFIGS + MATMUL_DATACENTER_CONFIGS, key=["M", "N", "K"])
-@triton.jit
-def triton_autotuned_matmul_relu_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (pid // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_idx = k * BLOCK_K + offs_k
-        a = tl.load(a_ptr + offs_m[:, None] * stride_am + k_idx[None, :] * stride_ak,
-                    mask=(offs_m[:, None] < M) & (k_idx[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + k_idx[:, None] * stride_bk + offs_n[None, :] * stride_bn,
-                    mask=(k_idx[:, None] < K) & (offs_n[None, :] < N), other=0.0)
-        acc += tl.dot(a, b)
-    c = tl.maximum(acc, 0.0).to(tl.float16)
-    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, c,
-             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
-
-
+# replaces: autotuned_online_softmax_kernel
+# other-solutions: source
 SOFTMAX_CONFIGS = [triton.Config({"BLOCK_SIZE": 1024}, num_warps=4)]
 
 
@@ -69,15 +26,3 @@ def triton_autotuned_online_softmax_kernel(output_ptr, input_ptr, input_row_stri
         mask = start + cols < n_cols
         x = tl.load(in_row + start + cols, mask=mask, other=-float("inf")).to(tl.float32)
         tl.store(out_row + start + cols, tl.exp(x - m_i) / l_i, mask=mask)
-
-
-VECTOR_ADD_CONFIGS = [triton.Config({"BLOCK_SIZE": b}, num_warps=w) for b in (64, 256, 1024) for w in (1, 4, 8)]
-
-
-@triton.autotune(configs=VECTOR_ADD_CONFIGS, key=["n_elements"])
-@triton.jit
-def triton_autotuned_vector_add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-    offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    tl.store(output_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
-             mask=mask)
