@@ -189,3 +189,49 @@ def test_pictures_draw():
         plt.close(fig)
     rows = W.config_budget(GOOD)
     assert rows[1]["shared KB"] == 64 and rows[1]["acc regs/thread"] == 128
+
+
+@triton.jit
+def _grouped_matmul_relu(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                         stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_M: tl.constexpr, CLAMP_GROUP: tl.constexpr = True, ADD_INTO_C: tl.constexpr = False):
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (pid // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M) if CLAMP_GROUP else GROUP_M
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_idx = k * BLOCK_K + offs_k
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + k_idx[None, :] * stride_ak,
+                    mask=(offs_m[:, None] < M) & (k_idx[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + k_idx[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                    mask=(k_idx[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    c = tl.maximum(acc, 0.0)
+    if ADD_INTO_C:
+        c += tl.load(c_ptrs, mask=c_mask, other=0.0).to(tl.float32)
+    tl.store(c_ptrs, c.to(tl.float16), mask=c_mask)
+
+
+def test_autotuner_check_compares_where_the_best_config_writes():
+    """Seen on a GPU: a kernel whose unclamped group leaves tiles unwritten lost the autotuner test as well as the
+    values tests, because the tuned C kept the other configs' tiles. Now only the mistake's own tests fail; a
+    kernel that adds into C still fails it (every config timed adds its result to the same C)."""
+    # M=40, N=50 in 16x16 tiles: unclamped, GROUP_M 2, 4 and 8 each leave other tiles unwritten, so whichever
+    # config wins, the tuned C holds tiles of another one where the winner alone leaves the sentinel
+    space = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": g, "CLAMP_GROUP": False},
+                           num_warps=1, num_stages=1) for g in (2, 4, 8)]
+    A.check_matmul_autotuner(tuned(_grouped_matmul_relu, space, ["M", "N", "K"]), M=40, N=50, K=20)
+    small = [mm(16, 16, 16, 8, 1, 1), mm(32, 32, 16, 8, 1, 1), mm(16, 32, 16, 8, 1, 1)]
+    space = [triton.Config({**c.kwargs, "ADD_INTO_C": True}, num_warps=1, num_stages=1) for c in small]
+    _fails(A.check_matmul_autotuner, tuned(_grouped_matmul_relu, space, ["M", "N", "K"]), 40, 50, 20,
+           match="adds into C")
