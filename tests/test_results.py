@@ -22,3 +22,19 @@ def test_results_file_names_gpu_versions_and_date_when_present():
         assert env.get(key), key
     for name, table in results.get("benchmarks", {}).items():
         assert table["rows"] and all(len(r) == len(table["columns"]) for r in table["rows"]), name
+
+
+def test_each_section_says_its_own_date_and_repetitions():
+    """Sections are measured in separate runs, with different repetitions: each says its own; older records
+    without them fall back to the file's."""
+    env = {"gpu": "G", "compute_capability": "9.0", "sm_count": 1, "driver": "d", "torch": "t", "triton": "tr",
+           "cuda": "c", "python": "p", "date": "D0", "where": "w", "container": "not run", "repeats": 5}
+    table = {"columns": ["x"], "rows": [[1.0]]}
+    results = {"environment": env, "benchmarks": {
+        "old": dict(table),
+        "new": dict(table, measured={"date": "D1", "repeats": 11, "copy_gbps": 1.0, "cublas_fp16_tflops": 2.0})}}
+    text = results_markdown(results)
+    assert "_Measured D1, medians of 11 interleaved repetitions; roofs of that run" in text
+    assert "medians of 5" not in text  # a section without `measured` prints no line of its own
+    for name, table in (load_results() or {}).get("benchmarks", {}).items():
+        assert "date" in table.get("measured", {}) and "repeats" in table["measured"], name

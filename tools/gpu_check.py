@@ -592,7 +592,7 @@ def run_bench(repeats: int, sections: list[str]) -> dict:
         started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         results[name] = BENCHMARKS[name](repeats, peaks)
         # sections are often measured in separate runs: each keeps its own date and the roofs it was measured with
-        results[name]["measured"] = {"date": started, "copy_gbps": peaks["copy_gbps"],
+        results[name]["measured"] = {"date": started, "repeats": repeats, "copy_gbps": peaks["copy_gbps"],
                                      "cublas_fp16_tflops": peaks["cublas_fp16_tflops"]}
     return results
 

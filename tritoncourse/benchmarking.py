@@ -49,13 +49,18 @@ def show_recorded(section: str, path: Path = RESULTS_FILE) -> None:
     table = results["benchmarks"][section]
     date = table.get("measured", {}).get("date", env["date"])
     print(f"Recorded on {env['gpu']} (driver {env['driver']}), torch {env['torch']}, "
-          f"triton {env['triton']}, {date}; medians of {env.get('repeats', '?')} interleaved repetitions.")
+          f"triton {env['triton']}, {date}; medians of {_repeats(table, env)} interleaved repetitions.")
     cols = table["columns"]
     print("  ".join(f"{c:>14}" for c in cols))
     for row in table["rows"]:
         print("  ".join(f"{v:>14.4g}" if isinstance(v, float) else f"{v!s:>14}" for v in row))
     for note in table.get("notes", []):
         print(note)
+
+
+def _repeats(table: dict, env: dict):
+    """Interleaved repetitions behind a section's medians: its own run's, else the file's (older records)."""
+    return table.get("measured", {}).get("repeats", env.get("repeats", "?"))
 
 
 def _cell(v) -> str:
@@ -73,9 +78,9 @@ def results_markdown(results: dict | None = None) -> str:
     lines = [f"Recorded by `make gpu-check` on an **{env['gpu']}** (compute capability {env['compute_capability']}, "
              f"{env['sm_count']} SMs, driver {env['driver']}), torch {env['torch']}, triton {env['triton']}, "
              f"CUDA {env['cuda']}, Python {env['python']}; last run {env['date']}; where: {env['where']}; "
-             f"container: {env['container']}. Every figure is the median of {env.get('repeats', '?')} interleaved "
-             "repetitions of `triton.testing.do_bench` medians, providers timed side by side in one run; each "
-             "section says when it was measured."]
+             f"container: {env['container']}. Every figure is the median of interleaved repetitions of "
+             "`triton.testing.do_bench` medians, providers timed side by side in one run; each section says when it "
+             "was measured and how many repetitions."]
     peaks = results.get("peaks")
     if peaks:
         lines.append(f"\nRoofs of the latest benchmark run: device copy **{peaks['copy_gbps']:.0f} GB/s** "
@@ -86,7 +91,8 @@ def results_markdown(results: dict | None = None) -> str:
         if measured:
             roofs = (f"; roofs of that run: copy {measured['copy_gbps']:.0f} GB/s, cuBLAS "
                      f"{measured['cublas_fp16_tflops']:.0f} TFLOP/s" if "copy_gbps" in measured else "")
-            lines.append(f"_Measured {measured['date']}{roofs}._\n")
+            lines.append(f"_Measured {measured['date']}, medians of {_repeats(table, env)} interleaved "
+                         f"repetitions{roofs}._\n")
         lines.append("| " + " | ".join(table["columns"]) + " |")
         lines.append("|" + "---|" * len(table["columns"]))
         for row in table["rows"]:
