@@ -31,10 +31,12 @@ def test_each_section_says_its_own_date_and_repetitions():
            "cuda": "c", "python": "p", "date": "D0", "where": "w", "container": "not run", "repeats": 5}
     table = {"columns": ["x"], "rows": [[1.0]]}
     results = {"environment": env, "benchmarks": {
-        "old": dict(table),
+        "undated": dict(table),
+        "older": dict(table, measured={"date": "D2"}),
         "new": dict(table, measured={"date": "D1", "repeats": 11, "copy_gbps": 1.0, "cublas_fp16_tflops": 2.0})}}
     text = results_markdown(results)
     assert "_Measured D1, medians of 11 interleaved repetitions; roofs of that run" in text
-    assert "medians of 5" not in text  # a section without `measured` prints no line of its own
+    assert "_Measured D2, medians of 5 interleaved repetitions._" in text  # the file's repetitions
+    assert text.count("_Measured") == 2  # a section without `measured` prints no line of its own
     for name, table in (load_results() or {}).get("benchmarks", {}).items():
         assert "date" in table.get("measured", {}) and "repeats" in table["measured"], name
