@@ -40,7 +40,7 @@ c.Autograde.autograde_preprocessors = _steps
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"(Warning|warn)"
 
-# ---- Instructor's workflow (issue 8; tritoncourse/grading/classroom.py, feedback.py) -------------------
+# ---- Instructor's workflow (issue 8; tritoncourse/classroom/) -------------------
 # Feedback: nbgrader generate_feedback would show the hidden tests (#917). HideHiddenTests puts back each
 # test cell's released source and blanks hidden test lines in tracebacks; every verdict stays.
 # Guarded like the step below; if the import fails, the step is named by its dotted path, so that
@@ -48,10 +48,10 @@ c.IgnorePattern.pattern = r"(Warning|warn)"
 from nbgrader.converters import GenerateFeedback  # noqa: E402
 
 try:
-    from tritoncourse.grading.feedback import HideHiddenTests  # noqa: E402
+    from tritoncourse.classroom.feedback import HideHiddenTests  # noqa: E402
 except Exception as _err:  # pragma: no cover
     print(f"nbgrader_config.py: HideHiddenTests not importable ({_err!r})", file=sys.stderr)
-    HideHiddenTests = "tritoncourse.grading.feedback.HideHiddenTests"
+    HideHiddenTests = "tritoncourse.classroom.feedback.HideHiddenTests"
 c.GenerateFeedback.preprocessors = [HideHiddenTests] + [
     p for p in GenerateFeedback.class_traits()["preprocessors"].default() if p is not HideHiddenTests]
 c.HideHiddenTests.release_directory = os.path.join(c.CourseDirectory.root, "release")
@@ -74,7 +74,7 @@ c.ZipCollectApp.strict = True  # a notebook whose name is not the assignment's i
 # restore every cell's metadata from the gradebook first. Guarded: a mistake here must never cost the
 # steps configured above (nbgrader only logs a failing config file, then grades with its defaults).
 try:
-    from tritoncourse.grading.classroom import RestoreCellMetadata  # noqa: E402
+    from tritoncourse.grading.nbgrader_plugin import RestoreCellMetadata  # noqa: E402
 
     _sanitize = [p for p in c.Autograde.sanitize_preprocessors if p is not RestoreCellMetadata]
     _sanitize.insert(1 if _sanitize and _sanitize[0].__name__ == "ClearOutput" else 0, RestoreCellMetadata)

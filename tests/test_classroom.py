@@ -297,7 +297,7 @@ def test_a_grading_that_hangs_is_retried_once_then_recorded_and_the_others_grade
 
     from nbgrader.api import Gradebook, MissingEntry
 
-    from tritoncourse.grading.classroom import Course as Classroom, Grader
+    from tritoncourse.classroom.workflow import Course as Classroom, Grader
 
     c = fresh(course, tmp_path)
     c.submit("stuck", A, c.source_notebook(A))
@@ -338,7 +338,7 @@ def _sanitize(c: Course, nb):
     from traitlets.config import Config
 
     from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec
-    from tritoncourse.grading.classroom import RestoreCellMetadata
+    from tritoncourse.grading.nbgrader_plugin import RestoreCellMetadata
     from tritoncourse.grading.nbgrader_plugin import RestoreDeletedCells
 
     res = {"nbgrader": {"notebook": A, "assignment": A, "student": "x",
@@ -396,7 +396,7 @@ def test_edited_metadata_is_restored_from_the_gradebook(course, edit):
 # ---- feedback and handouts without grading
 
 def test_hidden_lines_are_blanked_in_feedback_outputs():
-    from tritoncourse.grading.feedback import REDACTED, hide_hidden_tests
+    from tritoncourse.classroom.feedback import REDACTED, hide_hidden_tests
 
     src = nbformat.read(ROOT / "source" / A / f"{A}.ipynb", as_version=4)
     rel = nbformat.read(ROOT / "release" / A / f"{A}.ipynb", as_version=4)
@@ -417,7 +417,7 @@ def test_hidden_lines_are_blanked_in_feedback_outputs():
 
 
 def test_handout_has_no_solutions_hidden_tests_or_gradebook(tmp_path):
-    from tritoncourse.grading.classroom import Course as Classroom, handout_problems, make_handout
+    from tritoncourse.classroom.workflow import Course as Classroom, handout_problems, make_handout
 
     assert make_handout(Classroom(ROOT), tmp_path / "handout") == 0
     files = [p for p in (tmp_path / "handout").rglob("*") if p.is_file()]
@@ -443,7 +443,7 @@ def test_release_holds_no_solutions_hidden_tests_or_gradebook(assignment, tmp_pa
     """release/<assignment>/ (what learners get) holds one notebook and nothing else: no gradebook, no file of
     source/, no solution line and no hidden test line (judged from source/, so a leak cannot hide itself);
     the same check finds both in the source notebook even with nbgrader's markers taken out."""
-    from tritoncourse.grading.classroom import Course as Classroom, handout_problems
+    from tritoncourse.classroom.workflow import Course as Classroom, handout_problems
 
     classroom = Classroom(ROOT)
     files = sorted(p for p in (ROOT / "release" / assignment).rglob("*") if p.is_file())
@@ -463,7 +463,7 @@ def test_release_holds_no_solutions_hidden_tests_or_gradebook(assignment, tmp_pa
 
 
 def test_solutions_have_no_hidden_tests(course, tmp_path):
-    from tritoncourse.grading.classroom import Course as Classroom, make_solutions
+    from tritoncourse.classroom.workflow import Course as Classroom, make_solutions
 
     assert make_solutions(Classroom(course.path), A, tmp_path / "sol") == 0
     nb = nbformat.read(tmp_path / "sol" / f"{A}.ipynb", as_version=4)
@@ -780,7 +780,7 @@ def test_export_has_a_column_per_test_and_the_failures_seeds(graded_class, tmp_p
 
 @pytest.mark.slow
 def test_feedback_shows_verdicts_but_no_hidden_test(graded_class):
-    from tritoncourse.grading.feedback import hidden_secrets, html_text
+    from tritoncourse.classroom.feedback import hidden_secrets, html_text
 
     g = graded_class
     who = ["wrong_compile_error", "wrong_no_mask", "tests_edited", "endless_kernel"]

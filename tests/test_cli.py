@@ -7,7 +7,7 @@ import sys
 import nbformat
 
 from course import ROOT, Fixture, SUBMISSIONS
-from tritoncourse.grading.cli import reset_notebook
+from tritoncourse.learner.check import reset_notebook
 
 
 def _check(path):

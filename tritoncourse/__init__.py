@@ -2,7 +2,8 @@
 
 Modules by concern: ``device`` (GPU or interpreter), ``checking`` (comparisons, guards, fences),
 ``checks`` (per-phase kernel checks), ``benchmarking`` (timing and recorded GPU results),
-``widgets`` (interactive pictures), ``grading`` (isolated tests and nbgrader glue).
+``widgets`` (interactive pictures), ``learner`` (the learner's checks and hand-in), ``grading`` (the
+trust boundary: sandbox, isolated tests, nbgrader steps), ``classroom`` (the instructor's workflow).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def setup_notebook() -> str:
     except ImportError:  # pragma: no cover
         ip = None
     if ip is not None:
-        from .grading.magic import register
+        from .learner.magic import register
 
         register(ip)
     print(describe_device())

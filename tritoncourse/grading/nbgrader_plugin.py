@@ -368,3 +368,60 @@ class IsolatedKernelTests(NbGraderPreprocessor):
                 json.dump(verdicts, f, indent=1)
         except Exception:
             self.log.error("Could not write the verdicts log.", exc_info=True)
+
+
+class RestoreCellMetadata(NbGraderPreprocessor):
+    """First sanitizing step of autograde: every cell's nbgrader metadata as the gradebook has it.
+
+    nbgrader 0.9.6 restores a locked cell's source, points and lock, but not its grade/solution flags: a
+    learner who flips them, renames a grade_id, duplicates a test cell, writes points that are not a
+    number or a newer schema_version, makes nbgrader fail on the whole notebook (and a SchemaTooNewError
+    stops plain ``nbgrader autograde`` for every later learner). Here a cell whose grade_id the gradebook
+    knows gets exactly the released metadata (the last copy of a duplicate wins, as in nbgrader's
+    DeduplicateIds); any other nbgrader metadata is dropped, so that cell is ungraded and the original
+    cell, now missing, is restored and graded. An edit costs at most that cell's points.
+    """
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook, MissingEntry
+
+        info = resources.get("nbgrader", {})
+        with Gradebook(info["db_url"]) as gb:
+            try:
+                notebook = gb.find_notebook(info["notebook"], info["assignment"])
+            except MissingEntry:
+                return nb, resources
+            source = {c.name: (c.cell_type, bool(c.locked)) for c in notebook.source_cells}
+            grades = {c.name: float(c.max_score) for c in notebook.grade_cells}
+            solutions = {c.name for c in notebook.solution_cells}
+            tasks = {c.name: float(c.max_score) for c in notebook.task_cells}
+        known = set(grades) | solutions | set(tasks) | {n for n, (_, locked) in source.items() if locked}
+        last = {}
+        for i, cell in enumerate(nb.cells):
+            meta = cell.get("metadata", {}).get("nbgrader")
+            gid = meta.get("grade_id") if isinstance(meta, dict) else None
+            if isinstance(gid, str) and gid in known and gid in source:
+                last[gid] = i
+        for i, cell in enumerate(nb.cells):
+            metadata = cell.setdefault("metadata", {})
+            if "nbgrader" not in metadata:
+                continue
+            meta = metadata["nbgrader"]
+            gid = meta.get("grade_id") if isinstance(meta, dict) else None
+            if last.get(gid) != i:
+                if not isinstance(meta, dict) or any(meta.get(k) for k in ("grade", "solution", "locked", "task")):
+                    self.log.warning("Cell %s: nbgrader metadata for %r is not in the gradebook: dropped", i, gid)
+                del metadata["nbgrader"]
+                continue
+            new = {"grade": gid in grades, "grade_id": gid, "locked": source[gid][1], "schema_version": 3,
+                   "solution": gid in solutions, "task": gid in tasks}
+            if gid in grades or gid in tasks:
+                new["points"] = grades.get(gid, tasks.get(gid))
+            if "checksum" in meta:
+                new["checksum"] = meta["checksum"]
+            if {k: meta.get(k) for k in new} != new:
+                self.log.warning("Cell %s (%s): nbgrader metadata restored from the gradebook", i, gid)
+            metadata["nbgrader"] = new
+        return nb, resources

@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .classroom import STUDENT_RE, CourseError, nbgrader_ids, read_notebook, valid_student
+from ..notebooks import STUDENT_RE, CourseError, nbgrader_ids, read_notebook, valid_student
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -71,7 +71,7 @@ def submit(assignment: str, student: str, *, notebook: Path | None = None, out: 
     for w in warnings:
         print(f"Warning: {w}")
     if run_checks:
-        from .cli import check_notebook
+        from .check import check_notebook
 
         print(f"Checking {notebook} as the grader will (each test in a fresh process)...", flush=True)
         status = check_notebook(notebook)

@@ -1,12 +1,7 @@
-"""The course's terminal commands.
+"""The instructor's terminal commands (docs/INSTRUCTORS.md), run through ``python -m tritoncourse``:
 
-Learners:
-    python -m tritoncourse check notebooks/01_vector_add.ipynb   # exit code 0: every test passed
-    python -m tritoncourse reset 01_vector_add                   # back up, then restore the release
-    python -m tritoncourse submit 01_vector_add --student NAME   # check, then submissions/NAME__01_vector_add.ipynb
-Instructors (docs/INSTRUCTORS.md):
     python -m tritoncourse collect 01_vector_add DIR             # DIR/NAME__01_vector_add.ipynb -> submitted/
-    python -m tritoncourse grade [ASSIGNMENT ...] [--jobs N]     # everyone, restartable
+    python -m tritoncourse grade [ASSIGNMENT ...] [--jobs N]     # everyone, sandboxed, restartable
     python -m tritoncourse export [-o grades.csv]                # grades with a column per test
     python -m tritoncourse feedback 01_vector_add                # feedback/ without hidden tests
     python -m tritoncourse solutions 01_vector_add               # after the deadline: solution/
@@ -14,85 +9,15 @@ Instructors (docs/INSTRUCTORS.md):
 """
 from __future__ import annotations
 
-import argparse
-import shutil
-import sys
-import time
 from pathlib import Path
 
-import nbformat
-
-from .isolated import run_cell
-from .source import kernels_from_notebook
+from .workflow import default_jobs
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def check_notebook(path: Path) -> int:
-    """Run every ``%%kernel_test`` cell of a saved notebook in fresh processes; 0 when all pass."""
-    try:
-        nb = nbformat.read(str(path), as_version=4)
-    except FileNotFoundError:
-        print(f"{path}: no such notebook. Start with `make lab`, which creates it from release/.")
-        return 2
-    except Exception as err:  # not JSON, not a notebook
-        print(f"{path} is not a readable notebook ({type(err).__name__}: {err}).\n"
-              f"Restore it with `make reset PHASE={path.stem}` (your copy is backed up first).")
-        return 2
-    kernels, plain = kernels_from_notebook(nb)
-    failed = passed = hidden = 0
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        outcome = run_cell(cell.source, kernels, plain)
-        if outcome is None:
-            continue
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-        print(f"[{grade_id}] " + outcome.report().replace("\n", "\n    "), flush=True)
-        hidden += outcome.kind == "hidden"
-        passed += outcome.ok and outcome.kind != "hidden"
-        failed += not outcome.ok
-    print(f"{passed} passed, {failed} failed" + (f" ({hidden} hidden, run when graded)" if hidden else ""))
-    return 0 if failed == 0 and passed > 0 else 1
-
-
-def reset_notebook(phase: str, workspace: Path = ROOT / "notebooks", release: Path = ROOT / "release") -> int:
-    """Back up ``notebooks/<phase>.ipynb`` to ``notebooks/backups/`` and copy the released version back."""
-    src = release / phase / f"{phase}.ipynb"
-    if not src.exists():
-        known = sorted(p.name for p in release.iterdir() if p.is_dir())
-        print(f"Unknown phase '{phase}'. Phases: {', '.join(known)}")
-        return 2
-    dest = workspace / f"{phase}.ipynb"
-    if dest.exists():
-        backups = workspace / "backups"
-        backups.mkdir(parents=True, exist_ok=True)
-        backup = backups / f"{phase}.{time.strftime('%Y%m%d-%H%M%S')}.ipynb"
-        shutil.copy2(dest, backup)
-        print(f"Your notebook was backed up to {backup}")
-    shutil.copy2(src, dest)
-    print(f"{dest} is the released version again.")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tritoncourse")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_check = sub.add_parser("check", help="run a notebook's tests in fresh processes")
-    p_check.add_argument("notebook", type=Path)
-    p_reset = sub.add_parser("reset", help="back up a notebook and restore its released version")
-    p_reset.add_argument("phase")
-    _add_classroom_commands(sub)
-    args = parser.parse_args(argv)
-    if args.command == "check":
-        return check_notebook(args.notebook)
-    if args.command == "reset":
-        return reset_notebook(args.phase)
-    return _run_classroom_command(args)
-
-
-def _add_classroom_commands(sub) -> None:
-    from .classroom import default_jobs
+def add_commands(sub) -> None:
+    """The instructor's subcommands (and the learner's submit, which needs only tritoncourse.learner)."""
 
     def course_option(p):
         p.add_argument("--course", type=Path, help="the course directory (default: the current directory "
@@ -159,14 +84,14 @@ def _course_root(given: Path | None) -> Path:
     return ROOT
 
 
-def _run_classroom_command(args) -> int:
-    from .classroom import Course, CourseError, Grader, collect, export_csv, make_handout, make_solutions, \
+def run_command(args) -> int:
+    from .workflow import Course, CourseError, Grader, collect, export_csv, make_handout, make_solutions, \
         print_collected
 
     course = Course(_course_root(args.course))
     try:
         if args.command == "submit":
-            from .submit import submit
+            from ..learner.submit import submit
 
             return submit(args.assignment, args.student, notebook=args.notebook, out=args.out,
                           run_checks=not args.no_check, root=course.root)
@@ -197,7 +122,3 @@ def _run_classroom_command(args) -> int:
         print(err)
         return 2
     raise AssertionError(args.command)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

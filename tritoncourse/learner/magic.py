@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from .isolated import MAGIC, run_cell
-from .source import kernels_from_history
+from ..grading.isolated import MAGIC, run_cell
+from ..grading.source import kernels_from_history
 
 
 class KernelTestFailed(Exception):

@@ -42,25 +42,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Bool
+
+from ..notebooks import STUDENT_RE, CourseError, nbgrader_ids, read_notebook, valid_student  # noqa: F401
+from .secrets import GENERIC, SECRET_MARKERS, normal, split_hidden, split_regions
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 STATE_VERSION = 1
-# A learner id: letters, digits, . @ - and single underscores ("__" separates it from the assignment).
-STUDENT_RE = r"[A-Za-z0-9](?:[A-Za-z0-9.@-]|_(?=[A-Za-z0-9.@-])){0,63}"
 # "<student>__<assignment>.ipynb", with what browsers and LMSs append to a name ("(1)", "-2", "-Copy1").
 FILENAME_RE = re.compile(rf"^(?P<student>{STUDENT_RE})__(?P<rest>.+?)\.ipynb$")
 SUFFIX_RE = re.compile(r"^(?:\s*\(\d+\)|-\d+|-Copy\d+|_\d+)$")
 SEED_RE = re.compile(r"seed (\d+)")
-
-
-class CourseError(Exception):
-    """Bad input (unknown assignment or learner, unreadable notebook): a clear message, nothing changed."""
-
-
-def valid_student(name: str) -> bool:
-    return re.fullmatch(STUDENT_RE, name) is not None
 
 
 def _sha256(paths: list[Path], base: Path) -> str:
@@ -79,30 +70,6 @@ def _files(folder: Path) -> list[Path]:
 def _nbgrader_env() -> dict:
     """nbgrader runs alembic and jupyter as commands: this Python's bin/ first on PATH."""
     return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-
-
-def read_notebook(path: Path) -> nbformat.NotebookNode:
-    """The notebook at ``path``, or CourseError saying plainly why it cannot be graded."""
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise CourseError(f"{path}: cannot be read ({err.strerror})") from None
-    if not data.strip():
-        raise CourseError(f"{path}: empty file (0 bytes of notebook)")
-    try:
-        json.loads(data)
-    except ValueError as err:
-        raise CourseError(f"{path}: not a notebook: not JSON ({err})") from None
-    try:
-        nb = nbformat.reads(data.decode("utf-8", errors="replace"), as_version=4)
-    except Exception as err:  # JSON, but not a notebook
-        raise CourseError(f"{path}: not a notebook: {type(err).__name__}: {str(err)[:200]}") from None
-    return nb
-
-
-def nbgrader_ids(nb) -> set[str]:
-    return {c.metadata.nbgrader["grade_id"] for c in nb.cells
-            if "grade_id" in c.get("metadata", {}).get("nbgrader", {})}
 
 
 # ------------------------------------------------------------------------------------------ the course
@@ -934,42 +901,22 @@ def export_csv(course: Course, out: Path, assignments: list[str] | None = None) 
 
 HANDOUT_EXCLUDE = ("source/", "tests/", "tools/", ".ci/", "autograded/", "submitted/", "feedback/",
                    "solution/", "downloaded/", "results/gpu-run/", "docs/INSTRUCTORS.md")
-SECRET_MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "Model answer", "Rubric")
-
-
-def _split_regions(source: str) -> tuple[list[str], list[str], list[str]]:
-    """A cell's lines: (public, inside BEGIN/END SOLUTION, inside BEGIN/END HIDDEN TESTS)."""
-    public, solution, hidden, region = [], [], [], None
-    for line in source.split("\n"):
-        if "BEGIN SOLUTION" in line:
-            region = solution
-        elif "BEGIN HIDDEN TESTS" in line:
-            region = hidden
-        elif "END SOLUTION" in line or "END HIDDEN TESTS" in line:
-            region = None
-        else:
-            (public if region is None else region).append(line)
-    return public, solution, hidden
-
-
 def learner_secrets(course: Course) -> tuple[set[str], set[str]]:
     """(solution lines, hidden test lines) of every ``source/`` notebook that appear nowhere outside those
     regions of any source notebook: what a learner's copy must never hold. Judged from ``source/`` alone, so
     that a leaky ``release/`` cannot make its own leaks look public."""
-    from .feedback import GENERIC, _normal
-
     public, solution, hidden = [], [], []
     for a in course.source_assignments():
         for src in sorted((course.source / a).glob("*.ipynb")):
             for cell in nbformat.read(src, as_version=4).cells:
-                p, s, h = _split_regions(cell.source)
+                p, s, h = split_regions(cell.source)
                 public += p
                 solution += s
                 hidden += h
-    seen = _normal("\n".join(public))
+    seen = normal("\n".join(public))
 
     def secret(lines):
-        return {n for n in (_normal(line) for line in lines)
+        return {n for n in (normal(line) for line in lines)
                 if len(n) >= 8 and not n.startswith(GENERIC) and n not in seen}
 
     return secret(solution), secret(hidden)
@@ -1037,8 +984,6 @@ def make_handout(course: Course, out: Path) -> int:
 def make_solutions(course: Course, assignment: str, out: Path | None = None) -> int:
     """After the deadline: the source notebook with solutions and model answers, without hidden tests,
     grading rubrics kept, outputs cleared -> ``solution/<assignment>/``."""
-    from .feedback import split_hidden
-
     course.check_assignment(assignment)
     out = Path(out) if out else course.root / "solution" / assignment
     out.mkdir(parents=True, exist_ok=True)
@@ -1051,62 +996,3 @@ def make_solutions(course: Course, assignment: str, out: Path | None = None) -> 
         nbformat.write(nb, out / src.name)
         print(f"{out / src.name}: solutions, no hidden tests")
     return 0
-
-
-# ------------------------------------------------------------------------------------------ sanitizing
-
-class RestoreCellMetadata(NbGraderPreprocessor):
-    """First sanitizing step of autograde: every cell's nbgrader metadata as the gradebook has it.
-
-    nbgrader 0.9.6 restores a locked cell's source, points and lock, but not its grade/solution flags: a
-    learner who flips them, renames a grade_id, duplicates a test cell, writes points that are not a
-    number or a newer schema_version, makes nbgrader fail on the whole notebook (and a SchemaTooNewError
-    stops plain ``nbgrader autograde`` for every later learner). Here a cell whose grade_id the gradebook
-    knows gets exactly the released metadata (the last copy of a duplicate wins, as in nbgrader's
-    DeduplicateIds); any other nbgrader metadata is dropped, so that cell is ungraded and the original
-    cell, now missing, is restored and graded. An edit costs at most that cell's points.
-    """
-
-    enabled = Bool(True).tag(config=True)
-
-    def preprocess(self, nb, resources):
-        from nbgrader.api import Gradebook, MissingEntry
-
-        info = resources.get("nbgrader", {})
-        with Gradebook(info["db_url"]) as gb:
-            try:
-                notebook = gb.find_notebook(info["notebook"], info["assignment"])
-            except MissingEntry:
-                return nb, resources
-            source = {c.name: (c.cell_type, bool(c.locked)) for c in notebook.source_cells}
-            grades = {c.name: float(c.max_score) for c in notebook.grade_cells}
-            solutions = {c.name for c in notebook.solution_cells}
-            tasks = {c.name: float(c.max_score) for c in notebook.task_cells}
-        known = set(grades) | solutions | set(tasks) | {n for n, (_, locked) in source.items() if locked}
-        last = {}
-        for i, cell in enumerate(nb.cells):
-            meta = cell.get("metadata", {}).get("nbgrader")
-            gid = meta.get("grade_id") if isinstance(meta, dict) else None
-            if isinstance(gid, str) and gid in known and gid in source:
-                last[gid] = i
-        for i, cell in enumerate(nb.cells):
-            metadata = cell.setdefault("metadata", {})
-            if "nbgrader" not in metadata:
-                continue
-            meta = metadata["nbgrader"]
-            gid = meta.get("grade_id") if isinstance(meta, dict) else None
-            if last.get(gid) != i:
-                if not isinstance(meta, dict) or any(meta.get(k) for k in ("grade", "solution", "locked", "task")):
-                    self.log.warning("Cell %s: nbgrader metadata for %r is not in the gradebook: dropped", i, gid)
-                del metadata["nbgrader"]
-                continue
-            new = {"grade": gid in grades, "grade_id": gid, "locked": source[gid][1], "schema_version": 3,
-                   "solution": gid in solutions, "task": gid in tasks}
-            if gid in grades or gid in tasks:
-                new["points"] = grades.get(gid, tasks.get(gid))
-            if "checksum" in meta:
-                new["checksum"] = meta["checksum"]
-            if {k: meta.get(k) for k in new} != new:
-                self.log.warning("Cell %s (%s): nbgrader metadata restored from the gradebook", i, gid)
-            metadata["nbgrader"] = new
-        return nb, resources

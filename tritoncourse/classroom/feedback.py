@@ -24,27 +24,7 @@ from traitlets import Bool, Unicode
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-BEGIN = "BEGIN HIDDEN TESTS"
-END = "END HIDDEN TESTS"
-REDACTED = "<hidden test line>"
-# Hidden lines shorter than this ("else:", ")") say nothing and would match everywhere.
-MIN_LINE = 8
-
-
-def split_hidden(source: str) -> tuple[str, list[str]]:
-    """(source without its hidden test regions, the hidden lines), as nbgrader's ClearHiddenTests cuts them."""
-    kept, hidden, inside = [], [], False
-    for line in source.split("\n"):
-        if BEGIN in line:
-            inside = True
-        elif END in line:
-            inside = False
-        elif inside:
-            hidden.append(line)
-        else:
-            kept.append(line)
-    return "\n".join(kept), hidden
-
+from .secrets import BEGIN, END, MIN_LINE, REDACTED, normal, secret_lines, split_hidden  # noqa: F401
 
 def _grade_id(cell) -> str | None:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
@@ -55,29 +35,12 @@ def _is_test(cell) -> bool:
     return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
-def _normal(text: str) -> str:
-    return " ".join(text.split())
-
-
-GENERIC = ("import ", "from ", "#", "return", "pass", "else", "try:", "except", "finally", "break", "continue")
-
-
-def secret_lines(hidden: list[str], visible_text: str) -> set[str]:
-    """Hidden lines worth hiding: long enough to mean something, not generic (imports, comments, bare
-    keywords), and not also shown to learners."""
-    # A hidden line that learners can read anyway (whole, or as part of a longer visible line: the tail of
-    # a call split over lines, `strided=True)`) is no secret, and looking for it would only raise false alarms.
-    visible = _normal(visible_text)
-    return {n for n in (_normal(line) for line in hidden)
-            if len(n) >= MIN_LINE and not n.startswith(GENERIC) and n not in visible}
-
-
 def _redact(text: str, secrets: set[str]) -> str:
     if not secrets or not text:
         return text
     out = []
     for line in text.split("\n"):
-        plain = _normal(re.sub(r"\x1b\[[0-9;]*m", "", line))
+        plain = normal(re.sub(r"\x1b\[[0-9;]*m", "", line))
         if any(s in plain for s in secrets):
             indent = line[: len(line) - len(line.lstrip())]
             line = indent + REDACTED
@@ -125,8 +88,8 @@ def hide_hidden_tests(nb, released: dict[str, str]):
         if _is_test(cell) or hidden:
             secrets |= secret_lines(hidden, visible + "\n" + cut)
             if gid in released and _is_test(cell):
-                extra = [line for line in cut.splitlines() if _normal(line)
-                         and _normal(line) not in {_normal(r) for r in released[gid].splitlines()}
+                extra = [line for line in cut.splitlines() if normal(line)
+                         and normal(line) not in {normal(r) for r in released[gid].splitlines()}
                          and not line.lstrip().startswith("#")]
                 # Lines of the graded test that the learner never saw count as hidden too.
                 secrets |= secret_lines(extra, visible)
@@ -164,7 +127,7 @@ def html_text(path: Path) -> str:
     """The text a reader sees in an HTML file (tags dropped, entities decoded), whitespace normalised."""
     raw = path.read_text(errors="replace")
     raw = re.sub(r"<(script|style)\b.*?</\1>", " ", raw, flags=re.S | re.I)
-    return _normal(html.unescape(re.sub(r"<[^>]+>", "", raw)))
+    return normal(html.unescape(re.sub(r"<[^>]+>", "", raw)))
 
 
 def hidden_secrets(source_root: Path, release_root: Path, assignment: str) -> dict[str, set[str]]:
@@ -190,7 +153,7 @@ def leaks(feedback_file: Path, secrets: set[str]) -> list[str]:
 def generate_feedback(root: Path, assignment: str, students: list[str] | None = None,
                       extra: list[str] | None = None) -> int:
     """``nbgrader generate_feedback`` for one assignment, then a check that no hidden test can be read."""
-    from .classroom import Course, CourseError
+    from .workflow import Course, CourseError
 
     course = Course(root)
     try:
