@@ -7,6 +7,7 @@ time limit, and a kernel that crashes its process (segfault, illegal address) co
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -156,9 +157,15 @@ def _crash_message(returncode: int, stage: str) -> str:
 class _Zygote:
     """Client of zygote.py: one warm process per grader, forking a fresh child for every test."""
 
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-I", str(ZYGOTE)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    def __init__(self, sandbox=None):
+        cmd = [sys.executable, "-I", str(ZYGOTE)]
+        self.sandbox = sandbox
+        if sandbox is not None:  # the zygote and every test it forks run inside the learner's sandbox
+            cmd = sandbox.argv(cmd, extra_env={"TRITON_INTERPRET": "1"})
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        if sandbox is not None:
+            sandbox.watch(self.proc.pid)
         self.lock = threading.Lock()
         self.next_id = 0
         self.replies: dict[str, dict] = {}
@@ -203,14 +210,23 @@ class _Zygote:
             reply = self.replies.get(rid, {})
         if "exit" in reply:
             return reply["exit"]
-        if "pid" in reply:
-            try:
-                os.killpg(reply["pid"], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if "pid" in reply:  # the zygote kills it: in a sandbox the pid is the sandbox's own PID namespace's
+            with contextlib.suppress(OSError, ValueError), self.lock:
+                self.proc.stdin.write((json.dumps({"kill": rid}) + "\n").encode())
+                self.proc.stdin.flush()
+            if self.sandbox is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(reply["pid"], signal.SIGKILL)
         if "dead" in self.replies:
             raise RuntimeError("the test zygote died")
         return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.close()
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.wait(timeout=10)
 
 
 _zygote: _Zygote | None = None
@@ -240,8 +256,11 @@ def sanitizer_enabled(env=os.environ) -> bool:
 
 
 def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
-             seed: int | None = None, device: str | None = None) -> Outcome:
-    """Run one test body against the assembled kernels in a fresh process and return the verdict."""
+             seed: int | None = None, device: str | None = None, sandbox=None, zygote=None) -> Outcome:
+    """Run one test body against the assembled kernels in a fresh process and return the verdict.
+
+    In grading, ``sandbox`` (a :class:`sandbox.Sandbox`) holds the process, and ``zygote`` (a :class:`_Zygote`
+    inside that sandbox, on the CPU) forks it; the learner's own checks run unsandboxed, on their machine."""
     from ..device import infer_device
 
     title = test_title(body)
@@ -251,12 +270,12 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
     if assembly.problems:
         return Outcome(False, "invalid", "\n".join(assembly.problems), seed, 0.0, title)
     device = device or infer_device()
-    with tempfile.TemporaryDirectory(prefix="tritoncourse-") as tmp:
+    with _workdir(sandbox) as tmp:
         tmpd = Path(tmp)
         (tmpd / "learner_kernels.py").write_text(KERNEL_HEADER + assembly.source)
         (tmpd / "test_cell.py").write_text(body)
         (tmpd / "kernel_names.json").write_text(json.dumps(assembly.kernels))
-        env = dict(os.environ)
+        env = sandbox.environment() if sandbox is not None else dict(os.environ)
         env.update(TRITONCOURSE_SEED=str(seed), TRITONCOURSE_RESULT_FILE=str(tmpd / "result.json"),
                    TRITONCOURSE_STAGE_FILE=str(tmpd / "stage.txt"), PYTHONUNBUFFERED="1",
                    PYTHONDONTWRITEBYTECODE="1")
@@ -270,8 +289,13 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
             env.update(PYTORCH_NO_CUDA_MEMORY_CACHING="1", TRITONCOURSE_SANITIZER="1")
             cmd = [shutil.which("compute-sanitizer"), "--tool", "memcheck", "--padding", "65536",
                    "--error-exitcode", "86"] + cmd
+        if sandbox is not None:
+            cmd = sandbox.argv(cmd, cwd=tmpd, env=env)
         start = time.monotonic()
-        zygote = _warm_zygote() if device == "cpu" else None
+        if sandbox is None:
+            zygote = _warm_zygote() if device == "cpu" else None
+        elif device != "cpu":
+            zygote = None
         returncode = None
         for attempt in (1, 2):
             try:
@@ -279,7 +303,7 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
                     raise RuntimeError("no zygote")
                 returncode = zygote.run(str(tmpd), env, str(tmpd / "out.txt"), timeout)
             except (RuntimeError, OSError):  # no zygote, or it died (a broken pipe): a plain fresh process
-                returncode = _run_subprocess(cmd, tmp, env, tmpd / "out.txt", timeout)
+                returncode = _run_subprocess(cmd, tmp, env, tmpd / "out.txt", timeout, sandbox)
             if not (attempt == 1 and use_sanitizer and _silent_sanitizer_crash(returncode, tmpd)):
                 break
             # Under compute-sanitizer a loaded GPU machine has killed the checking process of a correct kernel
@@ -362,11 +386,15 @@ def _silent_sanitizer_crash(returncode: int | None, tmpd: Path) -> bool:
                    for line in report)
 
 
-def _run_subprocess(cmd, cwd, env, out_path: Path, timeout: float) -> int | None:
+def _run_subprocess(cmd, cwd, env, out_path: Path, timeout: float, sandbox=None) -> int | None:
     """Run ``cmd`` in a session of its own; its exit code, or None when killed at ``timeout``."""
     with open(out_path, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        if sandbox is not None and sandbox.uid is not None:
+            os.chown(out_path, sandbox.uid, sandbox.uid)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env if sandbox is None else None, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        if sandbox is not None:
+            sandbox.watch(proc.pid)
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -375,11 +403,25 @@ def _run_subprocess(cmd, cwd, env, out_path: Path, timeout: float) -> int | None
             return None
 
 
-def _read(path: Path) -> str:
+@contextlib.contextmanager
+def _workdir(sandbox):
+    """A test's private folder: a temporary one, or one inside the learner's sandbox (removed afterwards)."""
+    if sandbox is None:
+        with tempfile.TemporaryDirectory(prefix="tritoncourse-") as tmp:
+            yield tmp
+        return
+    path = sandbox.private_dir("test-")
     try:
-        return path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
+        yield str(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _read(path: Path) -> str:
+    """A file the checking process wrote: never through a symlink, at most 1 MB (it may be the learner's)."""
+    from .sandbox import read_bounded
+
+    return read_bounded(path)
 
 
 def _tail(text: str, n: int) -> str:
@@ -387,11 +429,12 @@ def _tail(text: str, n: int) -> str:
 
 
 def run_cell(cell_source: str, kernels, plain, *, seed: int | None = None,
-             timeout_factor: float = 1.0) -> Outcome | None:
+             timeout_factor: float = 1.0, sandbox=None, zygote=None) -> Outcome | None:
     """Run a ``%%kernel_test`` cell's test against ``kernels``; None if the cell is not a kernel test."""
     parsed = parse_cell(cell_source)
     if parsed is None:
         return None
     options, body = parsed
     assembly = assemble(body, kernels, plain, PROVIDED)
-    return run_test(body, assembly, timeout=options["timeout"] * timeout_factor, seed=seed)
+    return run_test(body, assembly, timeout=options["timeout"] * timeout_factor, seed=seed, sandbox=sandbox,
+                    zygote=zygote)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
+import shutil
+import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,7 +25,10 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
 from nbgrader.utils import is_grade, is_solution
 
 from ..checking import fresh_seed
-from .isolated import GRADER_ERROR, Outcome, grader_error_outcome, is_kernel_test, parse_cell, run_cell, test_title
+from ..device import infer_device
+from . import sandbox
+from .isolated import (GRADER_ERROR, Outcome, _Zygote, grader_error_outcome, is_kernel_test, parse_cell, run_cell,
+                       test_title)
 from .source import kernels_from_notebook
 
 
@@ -204,20 +210,45 @@ class RestoreDeletedCells(OverwriteCells):
         return nb, resources
 
 
-class ResilientExecute(Execute):
-    """nbgrader's Execute, but a failed run (dead kernel, a kernel that never started, any other error of
-    the execution machinery) no longer loses the whole submission.
+def _sandboxed_kernel_manager_class(base, uid):
+    """``base`` (nbclient's AsyncKernelManager) whose connection file the sandbox's user can read."""
 
-    The cell that was running gets an error output, later cells are left unrun, and grading goes on: the
-    course's test verdicts come from outside the kernel anyway, and :class:`IsolatedKernelTests` fails every
-    other grade cell left unrun.
+    class SandboxedKernelManager(base):
+        def write_connection_file(self, **kwargs):
+            super().write_connection_file(**kwargs)
+            if uid is not None:
+                os.chown(self.connection_file, uid, uid)
+
+    return SandboxedKernelManager
+
+
+class ResilientExecute(Execute):
+    """nbgrader's Execute, with the notebook's kernel in the grading sandbox, and resilient.
+
+    Sandboxed (sandbox.py): the kernel runs inside bubblewrap with a private working folder holding a copy
+    of the notebook's folder, no network (it talks to nbclient over Unix sockets), no course, a user of its
+    own and limits; after every cell each process the cell started is killed, and the sandbox is removed
+    when the notebook is done. ``%%kernel_test`` cells are never sent to the kernel: their verdicts come from
+    outside it (IsolatedKernelTests), and so the hidden tests never reach the learner's code.
+
+    Resilient: a failed run (dead kernel, a kernel that never started, any other error of the execution
+    machinery) no longer loses the whole submission. The cell that was running gets an error output, later
+    cells are left unrun, and grading goes on: :class:`IsolatedKernelTests` fails every other grade cell
+    left unrun.
     """
 
     probe_timeout = Integer(20, help="Seconds the kernel has to answer after a cell's time-out.").tag(config=True)
+    # The learner's copy of the notebook's folder: files beside the notebook, at most this many bytes.
+    workdir_limit = Integer(64 << 20, help="Bytes of the notebook's folder copied into the sandbox.").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         self._running = self._done = None  # the cell being run, the last cell run
+        self._box = self._keep = None
         resources = resources if resources is not None else {}
+        # Outside the try: without a sandbox (and no opt-out) this notebook is not graded, loudly.
+        if km is None and sandbox.require():
+            student = resources.get("nbgrader", {}).get("student", "learner")
+            self._box = sandbox.Sandbox(f"kernel-{student}")
         try:
             return super().preprocess(nb, resources, km)
         except Exception as err:
@@ -229,26 +260,111 @@ class ResilientExecute(Execute):
                 resources.setdefault("tritoncourse", {})["execution_error"] = f"{type(err).__name__}: {err}"
             resources.setdefault("tritoncourse", {})["kernel_died_at"] = idx
             return nb, resources
+        finally:
+            if self._box is not None:
+                for why in self._box.killed:
+                    self.log.warning("Sandbox: %s", why)
+                self._box.close()
+                self._box = None
+
+    # ---- the kernel inside the sandbox
+    def create_kernel_manager(self):
+        if self._box is None:
+            return super().create_kernel_manager()
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        box = self._box
+        work = box.private_dir("work-")
+        self._copy_notebook_folder(work)
+        specs = box.root / "kernels"
+        (specs / "tritoncourse-sandboxed").mkdir(parents=True)
+        # sh stays between the sandbox's init (pid 1) and the kernel, or ipykernel sees its parent gone and quits.
+        launch = f"{shlex.quote(sys.executable)} -m ipykernel_launcher -f {{connection_file}}; :"
+        spec = {"argv": box.argv(["sh", "-c", launch], cwd=work, extra_env={"NBGRADER_EXECUTION": "autograde"}),
+                "display_name": "Python 3 (grading sandbox)", "language": "python", "interrupt_mode": "message",
+                "metadata": {}}
+        (specs / "tritoncourse-sandboxed" / "kernel.json").write_text(json.dumps(spec))
+        manager = _sandboxed_kernel_manager_class(self.kernel_manager_class, box.uid)
+        self.km = manager(kernel_name="tritoncourse-sandboxed", config=self.config,
+                          kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]), transport="ipc",
+                          ip=str(box.shared / "kernel"), connection_file=str(box.shared / "connection.json"))
+        return self.km
+
+    def _copy_notebook_folder(self, work) -> None:
+        """Regular files beside the notebook (never through a symlink), up to ``workdir_limit`` bytes."""
+        folder = self.resources.get("metadata", {}).get("path") if isinstance(self.resources, dict) else None
+        if not folder or not os.path.isdir(folder):
+            return
+        budget = self.workdir_limit
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if not entry.is_file(follow_symlinks=False) or entry.name.endswith(".verdicts.json"):
+                continue
+            size = entry.stat(follow_symlinks=False).st_size
+            if size > budget:
+                continue
+            budget -= size
+            dest = os.path.join(work, entry.name)
+            shutil.copyfile(entry.path, dest, follow_symlinks=False)
+            if self._box.uid is not None:
+                os.chown(dest, self._box.uid, self._box.uid)
+
+    def _kernel_pid(self) -> int | None:
+        provisioner = getattr(self.km, "provisioner", None)
+        process = getattr(provisioner, "process", None)
+        return getattr(process, "pid", None)
+
+    def _kill_strays(self) -> None:
+        """After a cell: every process in the sandbox but the kernel (and its launchers) is killed."""
+        outer = self._kernel_pid()
+        if self._box is None or outer is None:
+            return
+        if self._keep is None:
+            import psutil
+
+            keep = {outer}
+            for proc in self._box.descendants(outer):
+                try:
+                    if "ipykernel_launcher" in proc.cmdline():  # python -m ipykernel_launcher, not sh -c "..."
+                        keep |= {proc.pid} | {p.pid for p in proc.parents()}
+                        break
+                except psutil.Error:
+                    continue
+            self._keep = keep
+        for what in self._box.kill_strays(outer, self._keep):
+            self.log.info("Sandbox: killed %r, left running by a cell", what)
 
     def preprocess_cell(self, cell, resources, index):
+        if cell.get("cell_type") == "code" and is_grade(cell) and not is_solution(cell) \
+                and is_kernel_test(cell.get("source", "")):
+            # Graded outside the kernel; its source (the hidden tests) never reaches the learner's code.
+            cell.outputs = [_stdout("Graded in a fresh process outside this notebook (see the verdict in your "
+                                    "feedback).")]
+            return cell, resources
         self._running = index
+        if self._box is not None and self._keep is None and self.km is not None:
+            self._kill_strays()  # the kernel is up: remember it and its launchers
         try:
-            result = super().preprocess_cell(cell, resources, index)
-        except DeadKernelError:
-            cell.outputs.append(_error_output(
-                "DeadKernelError",
-                "The notebook's Python process died while running this cell (a crash in a kernel "
-                "launched here?). Later cells were not run; the tests were graded outside the notebook."))
-            raise
-        except CellTimeoutError:  # no answer even after the interrupt (nbgrader raises on an iopub time-out)
-            cell.setdefault("outputs", []).append(_unresponsive())
-            raise
-        except Exception as err:
-            cell.setdefault("outputs", []).append(_error_output(
-                "ExecutionFailed",
-                f"The grader could not run this cell ({type(err).__name__}: {err}). Later cells were not run; "
-                "the tests were graded outside the notebook."))
-            raise
+            try:
+                result = super().preprocess_cell(cell, resources, index)
+            except DeadKernelError:
+                why = "; ".join(self._box.killed) if self._box is not None and self._box.killed else ""
+                cell.outputs.append(_error_output(
+                    "DeadKernelError",
+                    (f"The grading sandbox stopped the notebook's Python process: {why}." if why else
+                     "The notebook's Python process died while running this cell (a crash in a kernel "
+                     "launched here?).") + " Later cells were not run; the tests were graded outside the notebook."))
+                raise
+            except CellTimeoutError:  # no answer even after the interrupt (nbgrader raises on an iopub time-out)
+                cell.setdefault("outputs", []).append(_unresponsive())
+                raise
+            except Exception as err:
+                cell.setdefault("outputs", []).append(_error_output(
+                    "ExecutionFailed",
+                    f"The grader could not run this cell ({type(err).__name__}: {err}). Later cells were not run; "
+                    "the tests were graded outside the notebook."))
+                raise
+        finally:
+            self._kill_strays()
         if any(o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
             self._stop_if_unresponsive(cell)
         self._running, self._done = None, index
@@ -279,12 +395,23 @@ class IsolatedKernelTests(NbGraderPreprocessor):
     timeout_factor = Float(1.0, help="Scales every test's time limit (slower or faster graders).").tag(config=True)
 
     def preprocess(self, nb, resources):
-        """Grade every kernel test; whatever goes wrong in the grader fails tests, never the notebook."""
+        """Grade every kernel test; whatever goes wrong in the grader fails tests, never the notebook.
+
+        Every checking process runs in a sandbox of this notebook's own (sandbox.py); without one, grading
+        stops here with the sandbox's install command (SandboxUnavailable is not caught), unless opted out."""
+        self._sandbox = self._zygote = None
+        if sandbox.require():
+            self._sandbox = sandbox.Sandbox(f"checks-{resources.get('nbgrader', {}).get('student', 'learner')}")
         try:
             return self._grade(nb, resources)
         except Exception as err:  # a bug of ours outside any one test: fail the kernel tests, keep the notebook
             self.log.error("The isolated kernel tests failed as a whole; every kernel test fails.", exc_info=True)
             return self._fail_all(nb, resources, err)
+        finally:
+            if self._zygote is not None:
+                self._zygote.close()
+            if self._sandbox is not None:
+                self._sandbox.close()
 
     def _grade(self, nb, resources):
         died_at = resources.get("tritoncourse", {}).get("kernel_died_at")
@@ -303,6 +430,11 @@ class IsolatedKernelTests(NbGraderPreprocessor):
             outcomes = [grader_error(err, seed, "reading the kernels from your notebook", notebook, _title(cell.source))
                         for _, cell, seed in tests]
         else:
+            if self._sandbox is not None and tests and infer_device() == "cpu":
+                try:  # one warm process in the sandbox forks every test (torch and triton imported once)
+                    self._zygote = _Zygote(self._sandbox)
+                except (OSError, RuntimeError, ValueError):
+                    self.log.warning("No zygote in the sandbox: every test starts its own process.", exc_info=True)
             workers = self.workers or os.cpu_count() or 1
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 outcomes = list(pool.map(lambda item: self._run_one(item[1], item[2], kernels, plain, notebook),
@@ -320,10 +452,13 @@ class IsolatedKernelTests(NbGraderPreprocessor):
         self._write_log(resources, verdicts)
         return nb, resources
 
+    _sandbox = _zygote = None
+
     def _run_one(self, cell, seed: int, kernels, plain, notebook: str) -> Outcome:
         """One test's verdict; an exception anywhere in the grader becomes this test's grader-error verdict."""
         try:
-            outcome = run_cell(cell.source, kernels, plain, seed=seed, timeout_factor=self.timeout_factor)
+            outcome = run_cell(cell.source, kernels, plain, seed=seed, timeout_factor=self.timeout_factor,
+                               sandbox=self._sandbox, zygote=self._zygote)
             if outcome is None:
                 raise ValueError("the cell starts with %%kernel_test but could not be read as a kernel test")
             if outcome.kind == GRADER_ERROR:
