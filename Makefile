@@ -19,7 +19,7 @@ OUT ?=
 GRADE_FLAGS ?=
 JUPYTER_PORT ?= 8888
 
-.PHONY: help venv lab notebooks test test-fast release check reset submit gpu-check clean-grading \
+.PHONY: help venv system-deps lab notebooks test test-fast release check reset submit gpu-check clean-grading \
 	collect grade grades feedback solutions handout
 
 help:
@@ -67,7 +67,11 @@ lab: venv notebooks
 	cd notebooks && $$([ "$(TORCH_BUILD)" = cpu ] && echo "env TRITON_INTERPRET=1") \
 		../$(VENV)/bin/jupyter lab --port=$(JUPYTER_PORT) $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
-test: venv
+# System parts first (the grading sandbox, the browser): installed as root, else named with the command to run.
+system-deps:
+	@bash tools/system-deps.sh
+
+test: system-deps venv
 	$(PY) -m pytest -q
 
 release: venv

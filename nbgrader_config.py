@@ -9,14 +9,28 @@ from nbgrader.preprocessors import Execute  # noqa: E402
 
 from nbgrader.preprocessors import OverwriteCells  # noqa: E402
 
-from tritoncourse.grading.nbgrader_plugin import (IsolatedKernelTests, ResilientExecute,  # noqa: E402
-                                                  RestoreDeletedCells)
+# The course's grading steps. nbgrader only logs an error in this file and then grades with its defaults,
+# which would run learners' code unsandboxed with in-kernel verdicts: if the import fails, the steps are named
+# by their dotted paths instead, so that autograde itself fails loudly on the same import.
+try:
+    from tritoncourse.grading.nbgrader_plugin import (IsolatedKernelTests, ResilientExecute,  # noqa: E402
+                                                      RestoreDeletedCells)
+except Exception as _err:  # pragma: no cover
+    print(f"nbgrader_config.py: the course's grading steps are not importable ({_err!r}); autograde will fail "
+          "rather than grade unsandboxed.", file=sys.stderr)
+    IsolatedKernelTests = "tritoncourse.grading.nbgrader_plugin.IsolatedKernelTests"
+    ResilientExecute = "tritoncourse.grading.nbgrader_plugin.ResilientExecute"
+    RestoreDeletedCells = "tritoncourse.grading.nbgrader_plugin.RestoreDeletedCells"
 
 c = get_config()  # noqa: F821
 
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = "triton-kernels"
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db")
+
+# Grading sandbox (tritoncourse/grading/sandbox.py, docs/INSTRUCTORS.md "Threat model"): the notebook's kernel and
+# every checking process run inside bubblewrap; without it autograde refuses to grade (sudo apt-get install -y
+# bubblewrap), unless TRITONCOURSE_UNSANDBOXED_GRADING=i-accept-that-learners-can-forge-grades is set.
 
 # Every kernel test runs in its own process with its own time limit; cells run in the notebook only
 # show examples and pictures, but the interpreter is slow: give each cell two minutes.

@@ -53,6 +53,9 @@ def add_commands(sub) -> None:
     p.add_argument("--timeout-factor", type=float, help="scales every test's time limit "
                    "(--IsolatedKernelTests.timeout_factor)")
     p.add_argument("--cell-timeout", type=float, help="seconds a notebook cell may run (--ResilientExecute.timeout)")
+    p.add_argument("--unsandboxed-learners-can-forge-grades", dest="unsandboxed", action="store_true",
+                   help="grade without the bubblewrap sandbox (a learner's code then runs with your rights: it can "
+                   "read the hidden tests and rewrite grades); for machines where it cannot be installed")
     p.add_argument("--nbgrader", action="append", default=[], metavar="=--FLAG",
                    help="extra flag for nbgrader autograde, e.g. --nbgrader=--ExecutePreprocessor.startup_timeout=120")
 
@@ -100,6 +103,12 @@ def run_command(args) -> int:
                               timestamps=args.timestamps, dry_run=args.dry_run)
             return print_collected(results, args.assignment, args.folder)
         if args.command == "grade":
+            if args.unsandboxed:
+                import os
+
+                from ..grading.sandbox import OPT_OUT_ENV, OPT_OUT_VALUE
+
+                os.environ[OPT_OUT_ENV] = OPT_OUT_VALUE  # for this process and every nbgrader it starts
             extra = list(args.nbgrader)
             if args.timeout_factor:
                 extra.append(f"--IsolatedKernelTests.timeout_factor={args.timeout_factor}")

@@ -664,6 +664,13 @@ class Grader:
     def grade(self, assignments: list[str] | None = None, students: list[str] | None = None, *,
               force: bool = False, retry_failed: bool = False) -> int:
         pairs, assignments = self.plan(assignments, students)
+        from ..grading import sandbox
+
+        try:  # every learner's code runs in the grading sandbox: without it, nothing is graded
+            sandboxed = sandbox.require()
+        except sandbox.SandboxUnavailable as err:
+            raise CourseError(str(err)) from None
+        self._print(sandbox.status() if sandboxed else "Grading UNSANDBOXED (opted out): learners can forge grades.")
         self.course.state_dir.mkdir(parents=True, exist_ok=True)
         lock = open(self.course.state_dir / "lock", "w")
         try:

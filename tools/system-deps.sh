@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The system parts `make test` needs beyond Python (Debian or Ubuntu package names):
+#   bubblewrap        the grading sandbox (tritoncourse/grading/sandbox.py): every learner process in grading
+#   chromium          Debian's headless browser for tests/test_browser.py
+#   docker-compose    Debian's 1.29, validates docker/compose.yaml with no Docker engine
+#   fonts-dejavu-core fonts for the browser's screenshots
+# As root (CI, a fresh machine) it installs what is missing with apt-get; as another user it installs nothing and
+# names the one command to run. Installs only what is missing: running it again costs a fraction of a second.
+set -euo pipefail
+
+packages=()
+command -v bwrap >/dev/null 2>&1 || packages+=(bubblewrap)
+command -v prlimit >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1 || packages+=(util-linux)
+command -v chromium >/dev/null 2>&1 || packages+=(chromium)
+command -v docker-compose >/dev/null 2>&1 || packages+=(docker-compose)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || packages+=(fonts-dejavu-core)
+
+if [ ${#packages[@]} -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "make test needs these system packages: ${packages[*]}" >&2
+    echo "Install them with:  sudo $(cd "$(dirname "$0")" && pwd)/system-deps.sh" >&2
+    exit 1
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "make test needs these system packages: ${packages[*]} (Debian/Ubuntu names); install them with your" \
+         "system's package manager." >&2
+    exit 1
+fi
+echo "system-deps: installing ${packages[*]} (apt-get)"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
