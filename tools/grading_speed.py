@@ -32,15 +32,21 @@ DOCS = ROOT / "docs" / "INSTRUCTORS.md"
 BEGIN, END = "<!-- timing:begin -->", "<!-- timing:end -->"
 
 
-def env() -> dict:
+def env(sandboxed: bool = True) -> dict:
     e = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     e.pop("TRITONCOURSE_SEED", None)
+    if not sandboxed:  # the overhead measurement's baseline: the instructor's explicit opt-out
+        sys.path.insert(0, str(ROOT))
+        from tritoncourse.grading.sandbox import OPT_OUT_ENV, OPT_OUT_VALUE
+
+        e[OPT_OUT_ENV] = OPT_OUT_VALUE
     return e
 
 
-def run(cmd: list[str], cwd: Path, timeout: float = 7200) -> tuple[float, subprocess.CompletedProcess]:
+def run(cmd: list[str], cwd: Path, timeout: float = 7200, sandboxed: bool = True
+        ) -> tuple[float, subprocess.CompletedProcess]:
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=env(sandboxed), capture_output=True, text=True, timeout=timeout)
     return time.monotonic() - start, proc
 
 
@@ -82,10 +88,10 @@ def course_with(base: Path, tmp: Path, name: str, learners: dict[str, list[str]]
     return course
 
 
-def grade(course: Path, jobs: int, extra: list[str]) -> dict:
+def grade(course: Path, jobs: int, extra: list[str], sandboxed: bool = True) -> dict:
     load = os.getloadavg()[0]
     wall, proc = run([sys.executable, "-m", "tritoncourse", "grade", "--course", str(course), "--jobs", str(jobs),
-                      *extra], course)
+                      *extra], course, sandboxed=sandboxed)
     state = json.loads((course / "autograded" / ".classroom" / "state.json").read_text())["entries"]
     bad = {k: e.get("reason") for k, e in state.items() if e.get("status") != "graded"}
     lost = {k: e.get("failed_tests") for k, e in state.items() if e.get("failed_tests")}
@@ -156,6 +162,9 @@ def main() -> int:
     ap.add_argument("--class-size", type=int, default=0,
                     help="also grade N learners x five notebooks at --jobs (learners per hour); 0: skip")
     ap.add_argument("--grade-flag", action="append", default=[], help="extra flag for `tritoncourse grade`")
+    ap.add_argument("--sandbox-overhead", type=int, default=0, metavar="ROUNDS",
+                    help="measure only the grading sandbox's cost: one learner's five notebooks (--jobs 1), "
+                    "sandboxed and unsandboxed in turn, ROUNDS times each; writes results/grading-sandbox-<device>.json")
     ap.add_argument("--write-docs", action="store_true", help="rewrite the timing section of docs/INSTRUCTORS.md")
     ap.add_argument("--out", type=Path, help="JSON results (default: results/grading-cpu.json or -gpu.json)")
     ap.add_argument("--from-json", type=Path, help="measure nothing: print (and --write-docs) an earlier result")
@@ -164,6 +173,8 @@ def main() -> int:
         r = json.loads(args.from_json.read_text())
         return write(r, args.write_docs)
     dev = device()
+    if args.sandbox_overhead:
+        return sandbox_overhead(args.sandbox_overhead, dev, args.grade_flag, args.out)
     out = args.out or ROOT / "results" / f"grading-{dev.split(':')[0]}.json"
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="grading-speed-") as t:
@@ -218,6 +229,38 @@ def main() -> int:
             print(f"plain nbgrader autograde, {res['notebooks']} notebooks: {res['wall']:.0f} s", flush=True)
         save()
     return write(r, args.write_docs)
+
+
+def sandbox_overhead(rounds: int, dev: str, extra: list[str], out: Path | None) -> int:
+    """One learner's five notebooks graded with and without the sandbox, interleaved; medians and their ratio."""
+    import statistics
+
+    out = out or ROOT / "results" / f"grading-sandbox-{dev.split(':')[0]}.json"
+    walls: dict[str, list[float]] = {"sandboxed": [], "unsandboxed": []}
+    loads = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory(prefix="grading-speed-") as t:
+        tmp = Path(t)
+        base, _ = make_base(tmp)
+        for i in range(rounds):
+            order = ("sandboxed", "unsandboxed") if i % 2 == 0 else ("unsandboxed", "sandboxed")
+            for label in order:
+                course = course_with(base, tmp, f"{label}-{i}", {"solo": ASSIGNMENTS})
+                res = grade(course, 1, extra, sandboxed=label == "sandboxed")
+                walls[label].append(res["wall"])
+                loads += [res["load_before"], res["load_after"]]
+                print(f"round {i + 1}, {label}: {res['wall']:.1f} s", flush=True)
+                shutil.rmtree(course)
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    r = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "device": dev,
+         "python": platform.python_version(), "what": "one learner's five reference notebooks, "
+         "`python -m tritoncourse grade --jobs 1`, sandboxed and unsandboxed in turn (order alternating)",
+         "rounds": rounds, "walls": walls, "median": med, "overhead": round(med["sandboxed"] / med["unsandboxed"] - 1, 3),
+         "load_min": round(min(loads), 2), "load_max": round(max(loads), 2)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(r, indent=1) + "\n")
+    print(f"median sandboxed {med['sandboxed']:.1f} s, unsandboxed {med['unsandboxed']:.1f} s: "
+          f"overhead {r['overhead'] * 100:+.1f}% (goal: at most +20%) -> {out.relative_to(ROOT)}")
+    return 0
 
 
 def readme_sentence(r: dict) -> str:

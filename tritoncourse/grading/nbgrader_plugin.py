@@ -238,6 +238,8 @@ class ResilientExecute(Execute):
     """
 
     probe_timeout = Integer(20, help="Seconds the kernel has to answer after a cell's time-out.").tag(config=True)
+    output_limit = Integer(4 << 20, help="Bytes of output one cell may send the grader; the rest is dropped "
+                           "(a cell that prints gigabytes must not fill the grader's memory).").tag(config=True)
     # The learner's copy of the notebook's folder: files beside the notebook, at most this many bytes.
     workdir_limit = Integer(64 << 20, help="Bytes of the notebook's folder copied into the sandbox.").tag(config=True)
 
@@ -369,6 +371,20 @@ class ResilientExecute(Execute):
             self._stop_if_unresponsive(cell)
         self._running, self._done = None, index
         return result
+
+    def output(self, outs, msg, display_id, cell_index):
+        """nbclient's output step, with at most ``output_limit`` bytes kept per cell (counted as sent)."""
+        sizes = self.__dict__.setdefault("_output_bytes", {})
+        used = sizes.get(cell_index, 0)
+        if used > self.output_limit:
+            return None
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        sizes[cell_index] = used + size
+        if used + size > self.output_limit:
+            notice = _stdout(f"[the grader dropped this cell's output past {self.output_limit >> 20} MB]")
+            outs.append(notice)
+            return notice
+        return super().output(outs, msg, display_id, cell_index)
 
     def _stop_if_unresponsive(self, cell):
         """After a cell's time-out nbclient interrupts the kernel and goes on. A GPU kernel that never ends
