@@ -146,10 +146,27 @@ def require(env=os.environ) -> bool:
         f"learner can then read the hidden tests and forge grades, set {OPT_OUT_ENV}={OPT_OUT_VALUE}.")
 
 
+def python_path_dirs(env=os.environ) -> list[str]:
+    """The folders of PYTHONPATH (packages installed beside the environment, as on the GPU machines), without
+    any that holds the course itself (its source/ and gradebook must stay out of reach)."""
+    course = str(PACKAGE.parent)
+    out = []
+    for entry in env.get("PYTHONPATH", "").split(os.pathsep):
+        if not entry or not os.path.isdir(entry):
+            continue
+        real = os.path.realpath(entry)
+        if real == "/" or course == real or course.startswith(real + os.sep):
+            continue
+        out.append(real)
+    return out
+
+
 def sandbox_env(extra: dict | None = None, env=os.environ) -> dict:
     """The environment a sandboxed process gets: the allowed variables of ``env`` plus ``extra``."""
     out = {k: v for k, v in env.items() if k in PASS_ENV or k.startswith(PASS_PREFIXES)}
     out.pop(OPT_OUT_ENV, None)
+    if python_path_dirs(env):
+        out["PYTHONPATH"] = os.pathsep.join(python_path_dirs(env))
     out.update(extra or {})
     return out
 
@@ -184,6 +201,7 @@ class Sandbox:
     def _readonly_paths(self) -> list[str]:
         paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(
             sys.executable)))}
+        paths |= set(python_path_dirs())
         paths.add(str(PACKAGE))
         # /usr holds the system's Python, compilers, CUDA and fonts; only what is elsewhere is added.
         return sorted(p for p in paths if not p.startswith("/usr/") and p not in ("/usr", "/"))
