@@ -188,8 +188,10 @@ class Sandbox:
         self.shared.mkdir()
         self.root.chmod(0o755)
         self.uid = UID_BASE + secrets.randbelow(1_000_000_000) if _is_root() else None
+        (self.shared / "home").mkdir()  # HOME inside: made here, once (tests start from several threads)
         if self.uid is not None:
             os.chown(self.shared, self.uid, self.uid)
+            os.chown(self.shared / "home", self.uid, self.uid)
         if self.gpu is None:
             self.gpu = bool(_gpu_devices())
         self.killed: list[str] = []  # what the watchdog stopped, and why
@@ -210,10 +212,6 @@ class Sandbox:
         """The whole environment inside: ``env`` (default: :func:`sandbox_env`), HOME, TMPDIR and the caches
         pointing into the shared folder, then ``extra_env``."""
         home = self.shared / "home"
-        if not home.exists():
-            home.mkdir()
-            if self.uid is not None:
-                os.chown(home, self.uid, self.uid)
         inner = dict(env if env is not None else sandbox_env())
         inner.update(HOME=str(home), TMPDIR="/tmp", MPLCONFIGDIR=str(home / ".matplotlib"),
                      TRITON_CACHE_DIR=str(home / ".triton"), IPYTHONDIR=str(home / ".ipython"),
