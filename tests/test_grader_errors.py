@@ -57,7 +57,7 @@ def _grade(nb, tmp_path):
     return outputs, resources["tritoncourse"]["verdicts"], json.loads((tmp_path / "phase.verdicts.json").read_text())
 
 
-def _passing(body, assembly, *, timeout=0, seed=None, device=None):
+def _passing(body, assembly, *, timeout=0, seed=None, device=None, sandbox=None, zygote=None):
     return Outcome(True, "pass", "", seed, 0.1, "")
 
 
@@ -154,7 +154,7 @@ def test_a_dead_zygote_falls_back_to_a_fresh_process(monkeypatch):
     """The warm zygote dies (a broken pipe): the test runs in a plain fresh process instead."""
     ran = []
 
-    def fresh_process(cmd, cwd, env, out_path, timeout):
+    def fresh_process(cmd, cwd, env, out_path, timeout, sandbox=None):
         ran.append(cmd)
         with open(env["TRITONCOURSE_RESULT_FILE"], "w") as f:
             json.dump({"ok": True, "kind": "pass", "message": ""}, f)
@@ -170,7 +170,7 @@ def test_a_dead_zygote_falls_back_to_a_fresh_process(monkeypatch):
 def test_a_runner_that_exits_without_a_verdict_is_a_grader_error(monkeypatch):
     """The runner reports every exception of a kernel; exiting with a code and no verdict is our failure,
     not a crash blamed on the learner's kernel."""
-    def broken_runner(cmd, cwd, env, out_path, timeout):
+    def broken_runner(cmd, cwd, env, out_path, timeout, sandbox=None):
         out_path.write_text("ModuleNotFoundError: No module named 'tritoncourse'\n")
         return 1
 
@@ -224,15 +224,16 @@ def _fake_run(fail_at: int, error: BaseException):
                                    TimeoutError("no reply")], ids=["dead-kernel", "other-error", "timeout"])
 def test_a_failed_notebook_run_keeps_the_notebook(monkeypatch, tmp_path, error):
     """Any error of the notebook's run: the cell gets an error output, later grade cells that are not
-    kernel tests fail as not run, and the kernel tests are still graded."""
-    preprocess, preprocess_cell = _fake_run(2, error)
+    kernel tests fail as not run, and the kernel tests are still graded. (The run fails in the solution cell:
+    kernel test cells are never sent to the learner's kernel.)"""
+    preprocess, preprocess_cell = _fake_run(1, error)
     monkeypatch.setattr(Execute, "preprocess", preprocess)
     monkeypatch.setattr(Execute, "preprocess_cell", preprocess_cell)
     monkeypatch.setattr(isolated, "run_test", _passing)
     nb = _notebook(_test_cell("test_a"), _test_cell("test_b"))
     nb, resources = ResilientExecute().preprocess(nb, {"metadata": {"path": str(tmp_path)}})
-    assert resources["tritoncourse"]["kernel_died_at"] == 2
-    assert nb.cells[2].outputs[-1]["output_type"] == "error"
+    assert resources["tritoncourse"]["kernel_died_at"] == 1
+    assert nb.cells[1].outputs[-1]["output_type"] == "error"
     nb, resources = IsolatedKernelTests(workers=1).preprocess(nb, resources)
     plain = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "plain")
     assert plain.outputs[0]["ename"] == "NotRun"
@@ -323,7 +324,7 @@ def _sanitized(monkeypatch, runs):
     """run_test on the GPU path (compute-sanitizer on), each process run answered by the next of `runs`."""
     calls = []
 
-    def fake(cmd, cwd, env, out_path, timeout):
+    def fake(cmd, cwd, env, out_path, timeout, sandbox=None):
         returncode, output, verdict = runs[len(calls)]
         calls.append(cmd)
         out_path.write_text(output)
@@ -390,3 +391,27 @@ def test_a_failed_check_keeps_its_diagnosis_beside_the_sanitizer(monkeypatch):
     verdict = {"ok": False, "kind": "fail", "message": "C[0, 3] is NaN: K = 40 is not a multiple of BLOCK_K = 16"}
     outcome, _ = _sanitized(monkeypatch, [(86, SANITIZER_READ, verdict)])
     assert outcome.message.startswith("C[0, 3] is NaN") and "compute-sanitizer found" in outcome.message
+
+
+def test_kernel_test_cells_never_reach_the_learners_kernel(monkeypatch, tmp_path):
+    """Their source (the hidden tests, once restored) is never sent to the notebook's kernel: each gets the
+    "graded outside" line, and only the other cells run."""
+    sent = []
+
+    def preprocess(self, nb, resources=None, km=None):
+        for index, cell in enumerate(nb.cells):
+            nb.cells[index], resources = self.preprocess_cell(cell, resources, index)
+        return nb, resources
+
+    def preprocess_cell(self, cell, resources, index):
+        sent.append(cell.source)
+        return cell, resources
+
+    monkeypatch.setattr(Execute, "preprocess", preprocess)
+    monkeypatch.setattr(Execute, "preprocess_cell", preprocess_cell)
+    hidden = _test_cell("test_a")
+    hidden.source += "\n### BEGIN HIDDEN TESTS\nsecret_case = 12345\n### END HIDDEN TESTS\n"
+    nb, _ = ResilientExecute().preprocess(_notebook(hidden), {"metadata": {"path": str(tmp_path)}})
+    assert not any("%%kernel_test" in s or "secret_case" in s for s in sent), sent
+    assert any("assert True" in s for s in sent)  # the plain grade cell still runs
+    assert "Graded in a fresh process outside this notebook" in nb.cells[2].outputs[0]["text"]
