@@ -64,7 +64,18 @@ def _sha256(paths: list[Path], base: Path) -> str:
 
 
 def _files(folder: Path) -> list[Path]:
-    return [p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts]
+    """The regular files of a submission. Symbolic links (and whatever lies under a linked folder) are never
+    followed nor copied: a link to source/ or to the gradebook must not bring them into the learner's grading."""
+    out = []
+    for p in folder.rglob("*"):
+        rel = p.relative_to(folder)
+        if ".ipynb_checkpoints" in rel.parts:
+            continue
+        if any((folder / Path(*rel.parts[:i])).is_symlink() for i in range(1, len(rel.parts) + 1)):
+            continue
+        if p.is_file():
+            out.append(p)
+    return out
 
 
 def _nbgrader_env() -> dict:

@@ -7,6 +7,7 @@ learner's @triton.jit kernels parsed from the submitted file, whatever the noteb
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -240,8 +241,8 @@ class ResilientExecute(Execute):
     probe_timeout = Integer(20, help="Seconds the kernel has to answer after a cell's time-out.").tag(config=True)
     output_limit = Integer(4 << 20, help="Bytes of output one cell may send the grader; the rest is dropped "
                            "(a cell that prints gigabytes must not fill the grader's memory).").tag(config=True)
-    # The learner's copy of the notebook's folder: files beside the notebook, at most this many bytes.
-    workdir_limit = Integer(64 << 20, help="Bytes of the notebook's folder copied into the sandbox.").tag(config=True)
+    workdir_limit = Integer(64 << 20, help="The largest notebook copied into the sandbox's working folder."
+                            ).tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         self._running = self._done = None  # the cell being run, the last cell run
@@ -293,20 +294,28 @@ class ResilientExecute(Execute):
         return self.km
 
     def _copy_notebook_folder(self, work) -> None:
-        """Regular files beside the notebook (never through a symlink), up to ``workdir_limit`` bytes."""
+        """The learner's notebook, copied into the sandbox's working folder (never through a symlink). Anything
+        else nbgrader copied beside it from the submission (where a symlink to source/ or to the gradebook
+        becomes a real copy) is deleted from the autograded folder first: it never reaches the learner's code,
+        nor the feedback made from that folder."""
         folder = self.resources.get("metadata", {}).get("path") if isinstance(self.resources, dict) else None
         if not folder or not os.path.isdir(folder):
             return
-        budget = self.workdir_limit
-        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-            if not entry.is_file(follow_symlinks=False) or entry.name.endswith(".verdicts.json"):
+        for entry in list(os.scandir(folder)):
+            if entry.name.endswith((".ipynb", ".verdicts.json")) and entry.is_file(follow_symlinks=False):
                 continue
-            size = entry.stat(follow_symlinks=False).st_size
-            if size > budget:
-                continue
-            budget -= size
-            dest = os.path.join(work, entry.name)
-            shutil.copyfile(entry.path, dest, follow_symlinks=False)
+            self.log.warning("Sandbox: %s is not a notebook of the assignment: removed before grading", entry.name)
+            with contextlib.suppress(OSError):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+        name = f"{self.resources.get('unique_key') or ''}.ipynb"
+        source = os.path.join(folder, name)
+        if name != ".ipynb" and os.path.isfile(source) and not os.path.islink(source) \
+                and os.path.getsize(source) <= self.workdir_limit:
+            dest = os.path.join(work, name)
+            shutil.copyfile(source, dest, follow_symlinks=False)
             if self._box.uid is not None:
                 os.chown(dest, self._box.uid, self._box.uid)
 
