@@ -302,7 +302,8 @@ class ResilientExecute(Execute):
         if not folder or not os.path.isdir(folder):
             return
         for entry in list(os.scandir(folder)):
-            if entry.name.endswith((".ipynb", ".verdicts.json")) and entry.is_file(follow_symlinks=False):
+            if (entry.name.endswith((".ipynb", ".verdicts.json")) or entry.name == "timestamp.txt") \
+                    and entry.is_file(follow_symlinks=False):
                 continue
             self.log.warning("Sandbox: %s is not a notebook of the assignment: removed before grading", entry.name)
             with contextlib.suppress(OSError):
