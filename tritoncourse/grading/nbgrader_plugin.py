@@ -291,13 +291,14 @@ class ResilientExecute(Execute):
         return self.km
 
     def _copy_notebook_folder(self, work) -> None:
-        """Regular files beside the notebook (never through a symlink), up to ``workdir_limit`` bytes."""
+        """Regular files beside the notebook but notebooks (never through a symlink), up to ``workdir_limit`` bytes."""
         folder = self.resources.get("metadata", {}).get("path") if isinstance(self.resources, dict) else None
         if not folder or not os.path.isdir(folder):
             return
         budget = self.workdir_limit
         for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-            if not entry.is_file(follow_symlinks=False) or entry.name.endswith(".verdicts.json"):
+            # Notebooks stay out: at this point the graded notebook holds the restored tests, hidden ones included.
+            if not entry.is_file(follow_symlinks=False) or entry.name.endswith((".verdicts.json", ".ipynb")):
                 continue
             size = entry.stat(follow_symlinks=False).st_size
             if size > budget:
