@@ -64,7 +64,8 @@ def _sha256(paths: list[Path], base: Path) -> str:
 
 
 def _files(folder: Path) -> list[Path]:
-    return [p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts]
+    # Never through a symlink: a learner's link to source/ or the gradebook would be copied into their feedback.
+    return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and ".ipynb_checkpoints" not in p.parts]
 
 
 def _nbgrader_env() -> dict:
