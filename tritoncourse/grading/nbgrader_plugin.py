@@ -245,6 +245,7 @@ class ResilientExecute(Execute):
         self._running = self._done = None  # the cell being run, the last cell run
         self._box = self._keep = None
         resources = resources if resources is not None else {}
+        self._drop_linked_copies(resources)
         # Outside the try: without a sandbox (and no opt-out) this notebook is not graded, loudly.
         if km is None and sandbox.require():
             student = resources.get("nbgrader", {}).get("student", "learner")
@@ -289,6 +290,30 @@ class ResilientExecute(Execute):
                           kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]), transport="ipc",
                           ip=str(box.shared / "kernel"), connection_file=str(box.shared / "connection.json"))
         return self.km
+
+    def _drop_linked_copies(self, resources) -> None:
+        """nbgrader copies a submission's other files into autograded/ through symlinks: a learner's link to the
+        gradebook or into source/ became a copy there, and then in their feedback. Such copies are removed."""
+        try:
+            build = resources.get("metadata", {}).get("path")
+            info = resources.get("nbgrader", {})
+            if not build or not info.get("student") or not info.get("assignment"):
+                return
+            build = os.path.realpath(build)
+            course = os.path.dirname(os.path.dirname(os.path.dirname(build)))  # autograded/<student>/<assignment>
+            submitted = os.path.join(course, "submitted", str(info["student"]), str(info["assignment"]))
+            for folder, dirs, files in os.walk(submitted):
+                for name in dirs + files:
+                    path = os.path.join(folder, name)
+                    if os.path.islink(path):
+                        copy = os.path.join(build, os.path.relpath(path, submitted))
+                        self.log.warning("Submission holds a symlink %s: its copy is removed", name)
+                        if os.path.isdir(copy) and not os.path.islink(copy):
+                            shutil.rmtree(copy, ignore_errors=True)
+                        elif os.path.lexists(copy):
+                            os.unlink(copy)
+        except Exception:
+            self.log.error("Could not check the submission for symlinks", exc_info=True)
 
     def _copy_notebook_folder(self, work) -> None:
         """Regular files beside the notebook but notebooks (never through a symlink), up to ``workdir_limit`` bytes."""
