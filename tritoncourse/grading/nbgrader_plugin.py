@@ -241,13 +241,12 @@ class ResilientExecute(Execute):
     probe_timeout = Integer(20, help="Seconds the kernel has to answer after a cell's time-out.").tag(config=True)
     output_limit = Integer(4 << 20, help="Bytes of output one cell may send the grader; the rest is dropped "
                            "(a cell that prints gigabytes must not fill the grader's memory).").tag(config=True)
-    workdir_limit = Integer(64 << 20, help="The largest notebook copied into the sandbox's working folder."
-                            ).tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         self._running = self._done = None  # the cell being run, the last cell run
         self._box = self._keep = None
         resources = resources if resources is not None else {}
+        self._drop_linked_copies(resources)
         # Outside the try: without a sandbox (and no opt-out) this notebook is not graded, loudly.
         if km is None and sandbox.require():
             student = resources.get("nbgrader", {}).get("student", "learner")
@@ -293,11 +292,36 @@ class ResilientExecute(Execute):
                           ip=str(box.shared / "kernel"), connection_file=str(box.shared / "connection.json"))
         return self.km
 
+    def _drop_linked_copies(self, resources) -> None:
+        """nbgrader copies a submission's other files into autograded/ through symlinks: a learner's link to the
+        gradebook or into source/ became a copy there, and then in their feedback. Such copies are removed."""
+        try:
+            build = resources.get("metadata", {}).get("path")
+            info = resources.get("nbgrader", {})
+            if not build or not info.get("student") or not info.get("assignment"):
+                return
+            build = os.path.realpath(build)
+            course = os.path.dirname(os.path.dirname(os.path.dirname(build)))  # autograded/<student>/<assignment>
+            submitted = os.path.join(course, "submitted", str(info["student"]), str(info["assignment"]))
+            for folder, dirs, files in os.walk(submitted):
+                for name in dirs + files:
+                    path = os.path.join(folder, name)
+                    if os.path.islink(path):
+                        copy = os.path.join(build, os.path.relpath(path, submitted))
+                        self.log.warning("Submission holds a symlink %s: its copy is removed", name)
+                        if os.path.isdir(copy) and not os.path.islink(copy):
+                            shutil.rmtree(copy, ignore_errors=True)
+                        elif os.path.lexists(copy):
+                            os.unlink(copy)
+        except Exception:
+            self.log.error("Could not check the submission for symlinks", exc_info=True)
+
     def _copy_notebook_folder(self, work) -> None:
-        """The learner's notebook, copied into the sandbox's working folder (never through a symlink). Anything
-        else nbgrader copied beside it from the submission (where a symlink to source/ or to the gradebook
-        becomes a real copy) is deleted from the autograded folder first: it never reaches the learner's code,
-        nor the feedback made from that folder."""
+        """Nothing of the notebook's folder goes into the sandbox's working folder: the graded notebook there already
+        holds the restored tests, hidden ones included (found by tests/test_sandbox.py's hostile_read_secrets), and
+        the course's assignments have no other files. Anything else nbgrader copied beside the notebook from the
+        submission (where a symlink to source/ or to the gradebook becomes a real copy) is deleted from the
+        autograded folder: it never reaches the feedback made from that folder."""
         folder = self.resources.get("metadata", {}).get("path") if isinstance(self.resources, dict) else None
         if not folder or not os.path.isdir(folder):
             return
@@ -311,14 +335,6 @@ class ResilientExecute(Execute):
                     shutil.rmtree(entry.path)
                 else:
                     os.unlink(entry.path)
-        name = f"{self.resources.get('unique_key') or ''}.ipynb"
-        source = os.path.join(folder, name)
-        if name != ".ipynb" and os.path.isfile(source) and not os.path.islink(source) \
-                and os.path.getsize(source) <= self.workdir_limit:
-            dest = os.path.join(work, name)
-            shutil.copyfile(source, dest, follow_symlinks=False)
-            if self._box.uid is not None:
-                os.chown(dest, self._box.uid, self._box.uid)
 
     def _kernel_pid(self) -> int | None:
         provisioner = getattr(self.km, "provisioner", None)

@@ -217,7 +217,10 @@ class Sandbox:
                      TRITON_CACHE_DIR=str(home / ".triton"), IPYTHONDIR=str(home / ".ipython"),
                      JUPYTER_RUNTIME_DIR=str(home / ".jupyter-runtime"), XDG_CACHE_HOME=str(home / ".cache"),
                      PATH=os.pathsep.join([os.path.join(sys.prefix, "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
-                     PYTHONDONTWRITEBYTECODE="1")
+                     PYTHONDONTWRITEBYTECODE="1",
+                     # The package bound inside is the one imported (an editable install may point elsewhere),
+                     # then the PYTHONPATH folders bound beside the environment.
+                     PYTHONPATH=os.pathsep.join([str(PACKAGE.parent)] + python_path_dirs()))
         inner.update(extra_env or {})
         return inner
 

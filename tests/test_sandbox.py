@@ -1,0 +1,699 @@
+"""The grading sandbox (tritoncourse/grading/sandbox.py, docs/INSTRUCTORS.md "Threat model").
+
+Unit tests: what a sandboxed process can see and do (no course, read-only Python and package, private /tmp,
+no network, a uid of its own, limits, nothing left running), and tools/system-deps.sh without bwrap.
+
+The hostile suite: every learner of tests/hostile/01_vector_add/ (patches the course, forges the gradebook,
+reads the hidden tests, calls the grader's machine, fork bomb, memory hog, disk filler, kills its parents,
+symlinks and ../ names) is graded, between two correct learners, once by plain `nbgrader autograde` and once
+by `python -m tritoncourse grade`, each in a course copy of its own (with its own copy of the package, so
+that nothing here can touch this checkout). Then: each loses only its own points, the course is unchanged,
+no output shows a hidden test or another learner's work, nothing is left running, grading ends in time.
+
+Finally grading refuses to run without bubblewrap, naming the command that installs it, unless opted out.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import resource
+import secrets
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from nbformat.v4 import new_code_cell
+
+from course import BIN, ROOT, Course, Fixture, graded_test_ids, nbgrader
+from tritoncourse.grading import sandbox
+from tritoncourse.grading.sandbox import INSTALL_COMMAND, OPT_OUT_ENV, OPT_OUT_VALUE, PACKAGE, Limits, Sandbox
+
+A = "01_vector_add"
+HOSTILE = Path(__file__).resolve().parent / "hostile" / A
+KERNEL_TESTS = ["test_vector_add_full_blocks", "test_vector_add_ragged_sizes", "test_vector_add_block_sizes",
+                "test_vector_add_large", "test_vector_add_fp16"]
+# Limits for the hostile graders: far below the defaults, so that a hog or a filler that the sandbox lets
+# through (a bug) costs this shared machine little; correct kernels' checks fit well inside them.
+HOSTILE_LIMITS = {"TRITONCOURSE_SANDBOX_MEMORY_MB": "2048", "TRITONCOURSE_SANDBOX_DISK_MB": "256"}
+# One learner's grading, and the whole hostile class, must end well inside the usual time-outs.
+GRADING_TIMEOUT = 900
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sandbox_works():
+    why = sandbox.problem()
+    assert why is None, f"the grading sandbox cannot run here ({why}): {INSTALL_COMMAND}"
+
+
+# ------------------------------------------------------------------------------------------ unit tests
+
+def run_in(box: Sandbox, code: str, timeout: float = 60, watch: bool = False) -> subprocess.CompletedProcess:
+    """Run Python ``code`` inside ``box``; with ``watch`` the watchdog guards it."""
+    proc = subprocess.Popen(box.argv([sys.executable, "-I", "-c", textwrap.dedent(code)]), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if watch:
+        box.watch(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        sandbox.kill_process_tree(proc.pid)
+        out, err = proc.communicate()
+        raise AssertionError(f"the sandboxed process did not end within {timeout} s:\n{out}\n{err}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def report(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON object the sandboxed code printed last."""
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no report (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return json.loads(lines[-1])
+
+
+@pytest.fixture
+def box():
+    boxes = []
+
+    def make(**limits) -> Sandbox:
+        boxes.append(Sandbox("unit", limits=Limits(**limits)))
+        return boxes[-1]
+
+    yield make
+    for b in boxes:
+        b.close()
+
+
+def test_course_files_and_home_are_invisible(box, tmp_path):
+    """Neither the course (source/, gradebook, configuration, tests), nor the grader's home, nor the grader's
+    /tmp can be seen; the package and the Python environment can."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the grader's own file")
+    hidden = [ROOT / "source", ROOT / "nbgrader_config.py", ROOT / "tests", ROOT / "release", ROOT / "Makefile",
+              Path.home() / ".ssh", Path.home() / ".bashrc", Path.home() / ".cache", secret, Path("/home")]
+    shown = [PACKAGE / "checking.py", Path(sys.prefix) / "bin", Path(sys.executable)]
+    b = box()
+    r = run_in(b, f"""
+        import json, os
+        print(json.dumps({{"hidden": {{p: os.path.exists(p) for p in {[str(p) for p in hidden]!r}}},
+                          "shown": {{p: os.access(p, os.R_OK) for p in {[str(p) for p in shown]!r}}}}}))
+    """)
+    got = report(r)
+    assert not any(got["hidden"].values()), got
+    assert all(got["shown"].values()), got
+
+
+def test_python_and_package_are_read_only(box):
+    """The learner's code can import the package but change neither it nor the Python environment."""
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    name = f"sandbox-probe-{secrets.token_hex(4)}"
+    targets = [os.path.join(site, name + ".txt"), str(PACKAGE / f"{name}.py"), str(PACKAGE / "checking.py"),
+               str(Path(sys.prefix) / "bin" / name)]
+    before = (PACKAGE / "checking.py").read_bytes()
+    r = run_in(box(), f"""
+        import json, sys
+        sys.path.insert(0, {str(PACKAGE.parent)!r})
+        import tritoncourse.checking
+        out = {{}}
+        for path in {targets!r}:
+            try:
+                with open(path, "a") as f:
+                    f.write("# written from the sandbox\\n")
+                out[path] = "written"
+            except OSError as err:
+                out[path] = type(err).__name__
+        print(json.dumps(out))
+    """)
+    got = report(r)
+    written = [p for p in targets[:2] + targets[3:] if os.path.exists(p)]
+    for p in written:
+        os.unlink(p)
+    assert (PACKAGE / "checking.py").read_bytes() == before
+    assert not written and "written" not in got.values(), got
+
+
+def test_tmp_is_private_and_scratch_is_removed(box):
+    """/tmp inside is not the grader's /tmp, and what the learner wrote is gone when the sandbox closes."""
+    tag = secrets.token_hex(6)
+    outside = Path("/tmp") / f"outside-{tag}"
+    outside.write_text("the grader's")
+    try:
+        b = box()
+        r = run_in(b, f"""
+            import json, os
+            open("/tmp/inside-{tag}", "w").write("x")
+            open(os.path.join(os.environ["HOME"], "note"), "w").write("x")
+            print(json.dumps({{"outside": os.path.exists("{outside}"), "tmp": os.listdir("/tmp"),
+                              "home": os.environ["HOME"]}}))
+        """)
+        got = report(r)
+        # /tmp holds what the learner wrote, and the mount point of the sandbox's own scratch folder
+        assert got["outside"] is False and sorted(got["tmp"]) == sorted([f"inside-{tag}", b.root.name]), got
+        assert not Path(f"/tmp/inside-{tag}").exists()
+        assert got["home"].startswith(str(b.shared)) and (Path(got["home"]) / "note").exists()
+        b.close()
+        assert not b.root.exists()
+    finally:
+        outside.unlink()
+
+
+def test_no_network_not_even_the_graders_loopback(box):
+    """A port the grader listens on (loopback) cannot be reached, and neither can the internet."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        r = run_in(box(), f"""
+            import json, socket
+            out = {{}}
+            for host, port in (("127.0.0.1", {port}), ("localhost", {port}), ("1.1.1.1", 53), ("pypi.org", 443)):
+                try:
+                    socket.create_connection((host, port), timeout=3).close()
+                    out[f"{{host}}:{{port}}"] = "connected"
+                except OSError as err:
+                    out[f"{{host}}:{{port}}"] = type(err).__name__
+            print(json.dumps({{"connect": out, "interfaces": [name for _, name in socket.if_nameindex()]}}))
+        """)
+        got = report(r)
+        with pytest.raises(socket.timeout):
+            server.accept()
+    assert "connected" not in got["connect"].values(), got
+    assert got["interfaces"] == ["lo"], got
+
+
+def test_runs_as_a_user_of_its_own_without_privileges(box):
+    b1, b2 = box(), box()
+    code = """
+        import json, os
+        status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+        print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "caps": status["CapEff"].strip(),
+                          "nnp": status.get("NoNewPrivs", "").strip(), "pid": os.getpid()}))
+    """
+    one, two = report(run_in(b1, code)), report(run_in(b2, code))
+    assert one["caps"] == "0000000000000000", one
+    assert one["uid"] != 0 and one["gid"] != 0, one
+    if os.geteuid() == 0:  # a uid of each sandbox's own: no file of the grader's is its, nor another learner's
+        assert one["uid"] == b1.uid and two["uid"] == b2.uid and one["uid"] != two["uid"], (one, two)
+        assert one["nnp"] == "1", one
+    else:  # a user namespace
+        assert one["uid"] == 1000, one
+    assert one["pid"] < 10, one  # a PID namespace of its own
+
+
+def test_fork_bomb_is_bounded(box):
+    """A fork bomb stops at the process limit (each process stops itself after 20 s in any case)."""
+    b = box(processes=48)
+    start = time.monotonic()
+    r = run_in(b, """
+        import json, os, time
+        start, children, error = time.time(), 0, None
+        while time.time() - start < 20 and children < 2000:
+            try:
+                pid = os.fork()
+            except OSError as err:
+                error = type(err).__name__
+                break
+            if pid == 0:
+                time.sleep(max(0.0, 20 - (time.time() - start)))
+                os._exit(0)
+            children += 1
+        print(json.dumps({"children": children, "error": error}), flush=True)
+        os._exit(0)  # the children die with the sandbox's first process (PID namespace)
+    """, timeout=60)
+    got = report(r)
+    assert got["error"] == "BlockingIOError" and got["children"] < 48, got
+    assert time.monotonic() - start < 15
+
+
+def test_memory_hog_is_stopped(box):
+    """On the CPU the address-space limit stops a hog with MemoryError; the watchdog (the GPU's only guard,
+    where CUDA needs the address space) kills a process whose resident memory passes the limit."""
+    hog = """
+        import json, time
+        hog, error = [], None
+        try:
+            for _ in range(40):  # 64 MB at a time, at most 2.5 GB
+                hog.append(bytearray(64 << 20))
+                time.sleep(0.1)
+        except MemoryError as err:
+            error = type(err).__name__
+        print(json.dumps({"mb": len(hog) * 64, "error": error}), flush=True)
+    """
+    got = report(run_in(box(memory_mb=512), hog))
+    assert got["error"] == "MemoryError" and got["mb"] < 512, got
+    watched = box(memory_mb=384)
+    watched.gpu = True  # no address-space limit: only the watchdog
+    r = run_in(watched, hog, watch=True)
+    assert r.returncode != 0 and "{" not in r.stdout, (r.returncode, r.stdout)
+    assert any("memory" in why for why in watched.killed), watched.killed
+
+
+def test_disk_filler_is_stopped(box):
+    """/tmp is a tmpfs of the disk limit; the scratch folder is watched; one file may not pass the file limit."""
+    fill = """
+        import json, os, sys, time
+        total, error = 0, None
+        try:
+            with open(os.path.join(sys.argv[1], "fill.bin"), "wb") as f:
+                for _ in range(48):  # 8 MB at a time, at most 384 MB
+                    f.write(b"x" * (8 << 20))
+                    f.flush()
+                    total += 8
+                    time.sleep(0.05)
+        except OSError as err:
+            error = err.strerror
+        print(json.dumps({"mb": total, "error": error}), flush=True)
+    """
+    b = box(disk_mb=64)
+    proc = subprocess.run(b.argv([sys.executable, "-I", "-c", textwrap.dedent(fill), "/tmp"]), capture_output=True,
+                          text=True, timeout=60)
+    got = report(proc)
+    assert got["error"] == "No space left on device" and got["mb"] <= 64, got
+
+    watched = box(disk_mb=64)
+    proc = subprocess.Popen(watched.argv([sys.executable, "-I", "-c", textwrap.dedent(fill), str(watched.shared)]),
+                            stdout=subprocess.PIPE, text=True)
+    watched.watch(proc.pid)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "{" not in out, (proc.returncode, out)
+    assert any("disk" in why for why in watched.killed), watched.killed
+    assert not (watched.shared / "fill.bin").exists()
+
+    small = box(file_mb=16)
+    got = report(subprocess.run(small.argv([sys.executable, "-I", "-c", textwrap.dedent(fill), str(small.shared)]),
+                                capture_output=True, text=True, timeout=60))
+    assert got["error"] == "File too large" and got["mb"] <= 16, got
+
+
+def _marked(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            if any(marker in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+    return found
+
+
+def _wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_processes_are_gone_when_the_first_ends_or_the_sandbox_closes(box):
+    """A detached daemon dies with the sandbox's first process (PID namespace), and everything dies at close."""
+    daemon = """
+        import os, subprocess, sys, time
+        if os.fork() == 0:
+            os.setsid()
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[1] + "-daemon"],
+                             start_new_session=True, stdin=subprocess.DEVNULL)
+            os._exit(0)
+        os.wait()
+        time.sleep(float(sys.argv[2]))
+    """
+    quick, slow = "quick" + secrets.token_hex(6), "slow" + secrets.token_hex(6)
+    b = box()
+    first = subprocess.Popen(b.argv([sys.executable, "-I", "-c", textwrap.dedent(daemon), quick, "3"]))
+    assert _wait_for(lambda: _marked(quick + "-daemon"), 20), "the daemon never started"
+    first.wait(timeout=30)
+    assert _wait_for(lambda: not _marked(quick), 5), "a daemon outlived the sandbox's first process"
+
+    b = box()
+    first = subprocess.Popen(b.argv([sys.executable, "-I", "-c", textwrap.dedent(daemon), slow, "60"]))
+    b.watch(first.pid)
+    assert _wait_for(lambda: _marked(slow + "-daemon"), 20), "the daemon never started"
+    b.close()
+    assert _wait_for(lambda: not _marked(slow) and first.poll() is not None, 5), "processes outlived close()"
+
+
+def _path_without(command: str, tmp_path: Path) -> str:
+    """A PATH of one folder with links to every command of this PATH but ``command``."""
+    folder = tmp_path / f"no-{command}"
+    folder.mkdir()
+    for d in os.environ.get("PATH", "").split(os.pathsep) + [str(BIN)]:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(d):
+                if entry.name != command and not (folder / entry.name).exists() and os.access(entry.path, os.X_OK):
+                    (folder / entry.name).symlink_to(entry.path)
+    return str(folder)
+
+
+def test_system_deps_names_the_command_for_a_user_without_bwrap():
+    """tools/system-deps.sh, as a user who is not root, on a PATH without bwrap: exit 1, naming the command."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="system-deps-") as tmp:  # readable by that user (pytest's is not)
+        tmp = Path(tmp)
+        tmp.chmod(0o755)
+        script = tmp / "tools" / "system-deps.sh"
+        script.parent.mkdir()
+        shutil.copy(ROOT / "tools" / "system-deps.sh", script)
+        env = {"PATH": _path_without("bwrap", tmp), "HOME": "/nonexistent"}
+        cmd = ["bash", str(script)]
+        if os.geteuid() == 0:
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert "bubblewrap" in r.stderr and f"sudo {script}" in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------------------------------ the hostile suite
+
+def _env(course: Path, **extra) -> dict:
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(course),
+               PYTHONDONTWRITEBYTECODE="1", **extra)
+    env.pop("TRITONCOURSE_SEED", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """A generated course with its own copy of the package (graded code never touches this checkout)."""
+    course = Course(tmp_path_factory.mktemp("sandbox-template") / "course", [A])
+    shutil.copytree(ROOT / "tritoncourse", course.path / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
+    return course.path
+
+
+def _copy(template: Path, dest: Path) -> Course:
+    shutil.copytree(template, dest, symlinks=True)
+    c = Course.__new__(Course)
+    c.path = dest
+    return c
+
+
+def digest(root: Path) -> dict[str, str]:
+    """Every file of the course but what grading writes (autograded/ with the state folder, the gradebook,
+    nbgrader's log) and feedback/: path -> sha256 (symlinks by their target)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in ("autograded", "feedback") or str(rel) in ("gradebook.db", ".nbgrader.log"):
+            continue
+        if path.is_symlink():
+            out[str(rel)] = "-> " + os.readlink(path)
+        elif path.is_file():
+            out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            out[str(rel)] = "dir"
+    return out
+
+
+class Listener:
+    """A loopback port that records every connection made to it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.received: list[bytes] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                with contextlib.suppress(OSError):
+                    self.received.append(conn.recv(1024) or b"<connected>")
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+class HostileClass:
+    """One hostile class graded twice: by plain nbgrader autograde and by course grade."""
+
+    def __init__(self, tmp: Path, template: Path):
+        self.marker = "m" + secrets.token_hex(8)
+        self.token = "AKIA" + secrets.token_hex(8).upper()  # a fake key in the grader's environment
+        self.listener = Listener()
+        self.fixtures = [Fixture.load(p) for p in sorted(HOSTILE.glob("*.py"))]
+        self.private = {name: f"private note of {name}: {secrets.token_hex(8)}" for name in ("aaa_before", "zzz_after")}
+        self.courses = {"nbgrader": _copy(template, tmp / "plain"), "course_grade": _copy(template, tmp / "classroom")}
+        for course in self.courses.values():
+            self.submit_all(course)
+        self.digests = {k: digest(c.path) for k, c in self.courses.items()}
+        self.secrets = self.hidden_lines()
+        self.procs, self.seconds = {}, {}
+        cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.monotonic()
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(self.grade, self.courses))
+        self.wall = time.monotonic() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+        self.left_running = [" ".join(p.cmdline()) for p in _marked(self.marker)]
+        for proc in _marked(self.marker):  # if the sandbox failed: stop what this test started, then report
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        time.sleep(2)  # a forger that outlived grading would write now
+        self.feedback = {k: self.run_feedback(c) for k, c in self.courses.items()}
+        self.listener.close()
+
+    def fill(self, text: str, course: Course) -> str:
+        return (text.replace("{{course}}", str(course.path)).replace("{{marker}}", self.marker)
+                .replace("{{port}}", str(self.listener.port)).replace("{{before}}", "aaa_before"))
+
+    def submit_all(self, course: Course) -> None:
+        release, source = course.release_notebook(A), course.source_notebook(A)
+        for name, note in self.private.items():
+            nb = nbformat.from_dict(source)
+            nb.cells.append(new_code_cell(f"# {note}"))
+            course.submit(name, A, nb)
+        for fx in self.fixtures:
+            nb = fx.notebook(release, source)
+            for cell in nb.cells:
+                cell.source = self.fill(cell.source, course)
+            course.submit(fx.name, A, nb)
+        folder = course.path / "submitted"
+        links = folder / "hostile_symlinks" / A
+        (links / "source_link").symlink_to(course.path / "source")
+        (links / "gradebook_link.db").symlink_to(course.path / "gradebook.db")
+        (links / "classmate_link.ipynb").symlink_to(folder / "aaa_before" / A / f"{A}.ipynb")
+        dotdot = folder / "hostile_dotdot_names" / A
+        for name in ("..\\..\\gradebook.db", "..%2F..%2Fgradebook.db", "...", ".. .ipynb"):
+            (dotdot / name).write_text(f"{self.marker}\n")
+
+    def hidden_lines(self) -> set[str]:
+        from tritoncourse.classroom.feedback import hidden_secrets
+
+        c = self.courses["nbgrader"].path
+        return hidden_secrets(c / "source", c / "release", A)[A]
+
+    def grade(self, kind: str) -> None:
+        course = self.courses[kind]
+        env = _env(course.path, AWS_SECRET_ACCESS_KEY=self.token, **HOSTILE_LIMITS)
+        if kind == "nbgrader":
+            cmd = [sys.executable, "-m", "nbgrader", "autograde", A, "--force", "--log-level=INFO"]
+        else:
+            cmd = [sys.executable, "-m", "tritoncourse", "grade", A, "--course", str(course.path), "--jobs", "2"]
+        start = time.monotonic()
+        self.procs[kind] = subprocess.run(cmd, cwd=course.path, env=env, capture_output=True, text=True,
+                                          timeout=GRADING_TIMEOUT)
+        self.seconds[kind] = time.monotonic() - start
+
+    def run_feedback(self, course: Course) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tritoncourse", "feedback", A, "--course", str(course.path)],
+                              cwd=course.path, env=_env(course.path), capture_output=True, text=True, timeout=600)
+
+    # ---- what the tests ask
+    def scores(self, kind: str, student: str) -> dict[str, float]:
+        return self.courses[kind].scores(A, student)
+
+    def outputs(self, kind: str, student: str, tests: bool = True) -> str:
+        """The outputs of the learner's autograded notebook (its sources hold the instructor's tests); without
+        ``tests``, those of the learner's own cells only (a failed test's traceback may quote a hidden line of
+        its own: HideHiddenTests blanks those in feedback)."""
+        path = self.courses[kind].path / "autograded" / student / A / f"{A}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        return json.dumps([c.get("outputs", []) for c in nb.cells
+                           if tests or not c.get("metadata", {}).get("nbgrader", {}).get("grade")])
+
+    def logs(self, kind: str) -> str:
+        course = self.courses[kind].path
+        text = self.procs[kind].stdout + self.procs[kind].stderr
+        for log in (course / "autograded" / ".classroom" / "logs").rglob("*.log"):
+            text += log.read_text(errors="replace")
+        if (course / ".nbgrader.log").exists():
+            text += (course / ".nbgrader.log").read_text(errors="replace")
+        return text
+
+    def leaks(self, text: str) -> list[str]:
+        """The secrets in ``text``: hidden test lines, another learner's note, the grader's key, the gradebook."""
+        from tritoncourse.classroom.secrets import normal
+
+        plain = normal(text.replace("\\n", "\n").replace('\\"', '"'))
+        found = [s for s in self.secrets if s in plain]
+        found += [note for note in self.private.values() if note in text]
+        found += [s for s in (self.token, "CREATE TABLE grade", "SQLite format 3") if s in text]
+        return found
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, template) -> HostileClass:
+    return HostileClass(tmp_path_factory.mktemp("hostile"), template)
+
+
+GRADERS = ["nbgrader", "course_grade"]
+
+
+def _hostile_params():
+    return [pytest.param(kind, Fixture.load(p), id=f"{kind}/{p.stem}") for kind in GRADERS
+            for p in sorted(HOSTILE.glob("*.py"))]
+
+
+@pytest.mark.parametrize("kind,fixture", _hostile_params())
+def test_hostile_learner_loses_only_its_own_points(hostile, kind, fixture):
+    """An empty kernel that tries to gain points gets 0; a right kernel keeps full marks whatever else its
+    notebook does; the hostile cell really ran, inside the sandbox."""
+    scores = hostile.scores(kind, fixture.name)
+    outputs = hostile.outputs(kind, fixture.name)
+    for t in KERNEL_TESTS:
+        want = 0 if t in fixture.expect_fail else {"test_vector_add_ragged_sizes": 3, "test_vector_add_fp16": 1}.get(t, 2)
+        assert scores[t] == want, (t, scores, outputs[-3000:])
+    assert "HOSTILE-RAN " + fixture.name.removeprefix("hostile_") in outputs, outputs[-3000:]
+    assert "UNSANDBOXED" not in outputs
+
+
+@pytest.mark.parametrize("kind,fixture", _hostile_params())
+def test_hostile_learner_sees_no_secret(hostile, kind, fixture):
+    """No hidden test, no other learner's note, no key of the grader's, no gradebook in anything handed back:
+    the autograded notebook's outputs, the other files of its folder, the feedback HTML and folder."""
+    course = hostile.courses[kind].path
+    assert not hostile.leaks(hostile.outputs(kind, fixture.name, tests=False))
+    for folder in (course / "autograded" / fixture.name, course / "feedback" / fixture.name):
+        assert folder.is_dir(), folder
+        for path in sorted(folder.rglob("*")):
+            assert not path.is_symlink(), f"a symlink was handed back: {path} -> {os.readlink(path)}"
+            # the verdicts log (instructor's only, never in feedback) may quote a failed test's own line
+            if path.is_file() and not path.name.endswith((".ipynb", ".verdicts.json")):
+                data = path.read_bytes()
+                from tritoncourse.classroom.feedback import html_text
+
+                text = html_text(path) if path.suffix == ".html" else data.decode("utf-8", "replace")
+                assert not hostile.leaks(text), f"{path.relative_to(course)}: {hostile.leaks(text)[:3]}"
+
+
+@pytest.mark.parametrize("kind", GRADERS)
+def test_learners_before_and_after_keep_full_marks(hostile, kind):
+    for student in ("aaa_before", "zzz_after"):
+        scores = hostile.scores(kind, student)
+        assert all(scores[t] > 0 for t in KERNEL_TESTS), (student, scores)
+        assert sum(scores.values()) == 10, (student, scores)
+        assert hostile.marker not in hostile.outputs(kind, student)
+
+
+@pytest.mark.parametrize("kind", GRADERS)
+def test_gradebook_holds_no_forged_value(hostile, kind):
+    db = hostile.courses[kind].path / "gradebook.db"
+    with sqlite3.connect(db) as con:
+        dump = "\n".join(con.iterdump())
+        forged = con.execute("SELECT COUNT(*) FROM grade WHERE manual_score IS NOT NULL "
+                             "OR extra_credit IS NOT NULL").fetchone()[0]
+    assert hostile.marker not in dump
+    assert forged == 0
+
+
+@pytest.mark.parametrize("kind", GRADERS)
+def test_course_tree_is_unchanged(hostile, kind):
+    """Every file of the course (source/, release/, submitted/, the configuration, the package) is as it was."""
+    before, after = hostile.digests[kind], digest(hostile.courses[kind].path)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    assert not changed, changed
+
+
+def test_nothing_is_left_running_or_written_outside(hostile):
+    """No process a learner started outlives grading; nothing was written to the grader's /tmp, the package,
+    the Python environment; no connection reached the grader's loopback port."""
+    import sysconfig
+
+    assert not hostile.left_running, hostile.left_running
+    leftovers = [str(p) for p in Path("/tmp").glob(f"*{hostile.marker}*")]
+    leftovers += [str(p) for p in Path(sysconfig.get_paths()["purelib"]).glob("sitecustomize.py")]
+    leftovers += [str(p) for p in (ROOT / "tritoncourse").rglob("sitecustomize.py")]
+    assert not leftovers, leftovers
+    assert not hostile.listener.received, hostile.listener.received
+
+
+@pytest.mark.parametrize("kind", GRADERS)
+def test_grading_ends_in_time_and_logs_show_no_secret(hostile, kind):
+    proc = hostile.procs[kind]
+    students = ["aaa_before", "zzz_after"] + [fx.name for fx in hostile.fixtures]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    print(f"{kind}: {len(students)} notebooks in {hostile.seconds[kind]:.0f} s "
+          f"(both graders: {hostile.wall:.0f} s wall, {hostile.cpu:.0f} s CPU)")
+    assert hostile.seconds[kind] < GRADING_TIMEOUT
+    if kind == "course_grade":
+        state = json.loads((hostile.courses[kind].path / "autograded" / ".classroom" / "state.json").read_text())
+        for s in students:
+            entry = state["entries"][f"{A}/{s}"]
+            assert entry["status"] == "graded" and entry["attempts"] == 1, (s, entry)
+            assert entry["seconds"] < 300, (s, entry)
+    assert not hostile.leaks(hostile.logs(kind))
+    fb = hostile.feedback[kind]
+    assert fb.returncode == 0, fb.stdout[-3000:] + fb.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------------------ no sandbox, no grading
+
+def test_grading_refuses_to_run_unsandboxed(template, tmp_path):
+    """With bwrap hidden from PATH: plain autograde fails the notebook naming the install command, course
+    grade exits 2 with it; with the opt-out both grade (unsandboxed)."""
+    path = _path_without("bwrap", tmp_path)
+    courses = {k: _copy(template, tmp_path / k) for k in ("plain", "classroom", "plain_opt_out", "classroom_opt_out")}
+    for c in courses.values():
+        c.submit("reference", A, c.source_notebook(A))
+
+    def run(kind):
+        c = courses[kind]
+        env = dict(_env(c.path), PATH=path)
+        if kind == "plain_opt_out":
+            env[OPT_OUT_ENV] = OPT_OUT_VALUE
+        if kind.startswith("plain"):
+            cmd = [sys.executable, "-m", "nbgrader", "autograde", A, "--force"]
+        else:
+            cmd = [sys.executable, "-m", "tritoncourse", "grade", A, "--course", str(c.path), "--jobs", "1"]
+            if kind == "classroom_opt_out":
+                cmd.append("--unsandboxed-learners-can-forge-grades")
+        return subprocess.run(cmd, cwd=c.path, env=env, capture_output=True, text=True, timeout=600)
+
+    with ThreadPoolExecutor(2) as pool:
+        procs = dict(zip(courses, pool.map(run, courses)))
+    plain = procs["plain"]
+    assert plain.returncode != 0 and INSTALL_COMMAND in plain.stdout + plain.stderr, plain.stderr[-3000:]
+    assert not (courses["plain"].path / "autograded" / "reference" / A / f"{A}.ipynb").exists()
+    classroom = procs["classroom"]
+    assert classroom.returncode == 2 and INSTALL_COMMAND in classroom.stdout, classroom.stdout + classroom.stderr
+    assert not (courses["classroom"].path / "autograded" / "reference").exists()
+    for kind in ("plain_opt_out", "classroom_opt_out"):
+        p = procs[kind]
+        assert p.returncode == 0, (kind, p.stdout[-2000:], p.stderr[-3000:])
+        assert "UNSANDBOXED" in p.stdout + p.stderr, kind
+        assert sum(courses[kind].scores(A, "reference").values()) == 10, kind
