@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-ASSIGNMENTS = ["01_vector_add", "02_softmax", "03_matmul_relu", "04_benchmarking", "05_autotuning"]
+ASSIGNMENTS = ["01_vector_add", "02_softmax", "03_matmul_relu", "04_benchmarking", "05_autotuning", "06_fused_attention"]
 DOCS = ROOT / "docs" / "INSTRUCTORS.md"
 BEGIN, END = "<!-- timing:begin -->", "<!-- timing:end -->"
 
