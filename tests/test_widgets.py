@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from tritoncourse import widgets as W  # noqa: E402
-from tritoncourse.widgets import autotuning, matmul, softmax, vector_add  # noqa: E402
+from tritoncourse.widgets import attention, autotuning, matmul, softmax, vector_add  # noqa: E402
 
 
 @pytest.fixture
@@ -61,6 +61,7 @@ def _factories(tmp_path):
         "waves_widget": lambda: autotuning.waves_widget(1536, 128),
         "occupancy_widget": lambda: autotuning.occupancy_widget(4, 168, 64),
         "sweep_widget": lambda: autotuning.sweep_widget(None, path=path),
+        "attention_tiles_widget": lambda: attention.attention_tiles_widget(200, 32, 32, causal=True),
     }
 
 
@@ -123,3 +124,14 @@ def test_a_person_gets_real_widgets(person, shows, tmp_path):
     assert len(boxes) == 1
     boxes[0].value = True
     assert timed == [(32, 32, 32)]
+
+
+def test_attention_tile_plan_matches_the_kernel_loops():
+    """Causal: key tiles before the query tile are full, the diagonal ones masked, later ones skipped; the work
+    fraction is (T + 1) / (2T) for T query tiles; non-causal: only a ragged last key tile is masked."""
+    plan = attention.tile_plan(256, 64, 32, causal=True)
+    assert plan[1] == ["full", "full", "masked", "masked", "skipped", "skipped", "skipped", "skipped"]
+    visited, total = attention.tile_work(256, 64, 64, causal=True)
+    assert (visited, total) == (10, 16)  # T = 4: (4 + 1) / (2 * 4) of the pairs
+    assert attention.tile_plan(100, 32, 32, causal=False)[0] == ["full", "full", "full", "masked"]
+    assert attention.tile_work(128, 32, 32, causal=False) == (16, 16)

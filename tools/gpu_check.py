@@ -13,7 +13,9 @@
                 eager and torch.compile, plus the device's copy bandwidth and cuBLAS peak; providers are
                 interleaved and repeated, every ratio is a median. Sections (--sections): vector_add, softmax,
                 matmul_relu, add_relu_mul, roofline, autotuning (phase 5: autotuned kernels against the earlier
-                phases' and torch, and the sweeps its notebook shows). Results go to results/gpu-results.json,
+                phases' and torch, and the sweeps its notebook shows), layer_norm and fused_attention (phase 6:
+                the fused LayerNorm against a copy and torch; attention against every SDPA backend, naive torch
+                and torch.compile of it). Results go to results/gpu-results.json,
                 and the README's results section is regenerated from it.
 With no flag, all three. Logs and executed notebooks go to --out (default results/gpu-run/).
 """
@@ -154,16 +156,16 @@ def run_grading(out: Path, phases: list[str]) -> dict:
 def reference_module(assignment: str):
     """The instructor's notebook as a module: its read-only cells (imports, references, wrappers) and
     solution cells (kernels), in order, so benchmarks launch exactly as the notebook does."""
-    import nbformat
-
-    nb = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    # Plain JSON (nbformat 4 on disk): the GPU machines may have no Jupyter packages.
+    nb = json.loads((ROOT / "source" / assignment / f"{assignment}.ipynb").read_text())
     chunks = []
-    for cell in nb.cells:
+    for cell in nb["cells"]:
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or meta.get("grade") or not (meta.get("solution") or meta.get("locked")):
+        if cell["cell_type"] != "code" or meta.get("grade") or not (meta.get("solution") or meta.get("locked")):
             continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         chunks.append("\n".join("" if line.lstrip().startswith(("%", "!")) else line
-                                for line in cell.source.splitlines()))
+                                for line in source.splitlines()))
     path = Path(tempfile.mkdtemp()) / f"nb_{assignment}.py"
     path.write_text("\n\n".join(chunks) + "\n")
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -578,9 +580,127 @@ def bench_autotuning(repeats: int, peaks: dict) -> dict:
     }
 
 
+LAYER_NORM_INPUT_BYTES = 2**28  # each benchmarked LayerNorm input: 256 MB, as for softmax
+
+
+def bench_layer_norm(repeats: int, peaks: dict) -> dict:
+    """Phase 6's fused LayerNorm forward against torch's and a device copy of the same bytes (read x, write y)."""
+    import torch
+
+    nb = reference_module("06_fused_attention")
+    rows = []
+    for dtype in (torch.float16, torch.float32):
+        for n_cols in (1024, 4096, 16384):
+            n_rows = LAYER_NORM_INPUT_BYTES // (n_cols * dtype.itemsize)
+            x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
+            w = torch.rand(n_cols, device="cuda", dtype=dtype) + 0.5
+            b = torch.randn(n_cols, device="cuda", dtype=dtype)
+            y = torch.empty_like(x)
+            ref = torch.nn.functional.layer_norm(x.float(), (n_cols,), w.float(), b.float())
+            assert torch.allclose(nb.layer_norm(x, w, b).float(), ref, atol=2e-2, rtol=1e-2), f"layer_norm {n_cols}"
+            t = interleaved({"triton": lambda: nb.layer_norm(x, w, b),
+                             "torch": lambda: torch.nn.functional.layer_norm(x, (n_cols,), w, b),
+                             "copy": lambda: y.copy_(x)}, repeats)
+            moved = 2 * x.numel() * x.element_size()
+            gbps = {p: moved / (ms * 1e-3) / 1e9 for p, ms in t.items()}
+            name = str(dtype).replace("torch.", "")
+            rows.append([n_cols, n_rows, name, gbps["triton"], gbps["torch"], gbps["copy"],
+                         gbps["triton"] / gbps["copy"], gbps["triton"] / gbps["torch"]])
+            log(f"layer_norm {name} n_cols={n_cols}: triton {gbps['triton']:.0f} GB/s, torch {gbps['torch']:.0f}, "
+                f"copy {gbps['copy']:.0f}")
+    targets = {"LayerNorm >= 0.9x a device copy of the same bytes": all(r[6] >= 0.9 for r in rows),
+               "LayerNorm >= 1.0x torch.nn.functional.layer_norm": all(r[7] >= 1.0 for r in rows)}
+    return {"columns": ["n_cols", "n_rows", "dtype", "Triton GB/s", "torch GB/s", "copy GB/s", "Triton/copy",
+                        "Triton/torch"],
+            "rows": rows, "targets": targets,
+            "notes": [f"each input {LAYER_NORM_INPUT_BYTES >> 20} MB; bytes = read x + write y; the copy moves the same"]
+                     + [f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()]}
+
+
+ATTENTION_SEQS = (1024, 2048, 4096, 8192, 16384)
+
+
+def bench_fused_attention(repeats: int, peaks: dict) -> dict:
+    """Phase 6's attention forward (the notebook's wrapper: the reference kernel, autotuned) against every SDPA
+    backend, naive torch and torch.compile of it; fp16, batch 4 x heads 8, head_dim 64 and 128, causal and not."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    nb = reference_module("06_fused_attention")
+    B, H = 4, 8
+
+    def sdpa(backend):
+        def run(q, k, v, causal):
+            if backend is None:
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return run
+
+    def naive(q, k, v, causal):  # fp16 throughout, the seq x seq scores materialised
+        s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        if causal:
+            n = q.shape[-2]
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        return torch.softmax(s, dim=-1) @ v
+
+    rows, memory = [], []
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            for S in ATTENTION_SEQS:
+                q, k, v = (torch.randn(B, H, S, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
+                o, _ = nb.attention(q, k, v, causal)
+                ref = sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v, causal)
+                err = (o.float() - ref.float()).abs().max().item()
+                assert err < 2e-2, f"attention wrong at d={head_dim} causal={causal} S={S}: {err}"
+                providers = {"triton": lambda: nb.attention(q, k, v, causal),
+                             "flash": lambda: sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v, causal),
+                             "default": lambda: sdpa(None)(q, k, v, causal),
+                             "efficient": lambda: sdpa(SDPBackend.EFFICIENT_ATTENTION)(q, k, v, causal),
+                             "naive": lambda: naive(q, k, v, causal)}
+                compile_s = ""
+                if S == 4096 and head_dim == 128:  # torch.compile of the naive version: one shape each (slow to build)
+                    compiled = torch.compile(naive, dynamic=False)
+                    c0 = time.time()
+                    compiled(q, k, v, causal)
+                    torch.cuda.synchronize()
+                    compile_s = round(time.time() - c0, 1)
+                    providers["compile"] = lambda: compiled(q, k, v, causal)
+                t = interleaved(providers, repeats)
+                flops = 4 * B * H * S * S * head_dim / (2 if causal else 1)
+                tf = {p: flops / (ms * 1e-3) / 1e12 for p, ms in t.items()}
+                rows.append([head_dim, causal, S, tf["triton"], tf["flash"], tf["default"], tf["efficient"],
+                             tf["naive"], tf.get("compile", ""), tf["triton"] / tf["flash"],
+                             tf["triton"] / tf["default"], tf["triton"] / peaks["cublas_fp16_tflops"], compile_s])
+                log(f"attention d={head_dim} causal={causal} S={S}: triton {tf['triton']:.0f} TFLOP/s, FA2 "
+                    f"{tf['flash']:.0f}, default {tf['default']:.0f}, efficient {tf['efficient']:.0f}, naive "
+                    f"{tf['naive']:.0f}" + (f", compile {tf['compile']:.0f} (built in {compile_s} s)" if compile_s else ""))
+                if S == 8192 and head_dim == 128 and not causal:
+                    for name, fn in (("naive", providers["naive"]), ("triton", providers["triton"])):
+                        torch.cuda.synchronize()
+                        torch.cuda.reset_peak_memory_stats()
+                        base = torch.cuda.memory_allocated()
+                        fn()
+                        torch.cuda.synchronize()
+                        memory.append(f"peak memory beyond the inputs, d=128 S=8192: {name} "
+                                      f"{(torch.cuda.max_memory_allocated() - base) / 2**20:.0f} MiB")
+                del q, k, v
+    targets = {"Triton >= 1.0x SDPA FLASH_ATTENTION at every shape": all(r[9] >= 1.0 for r in rows),
+               "Triton >= 0.8x SDPA default (cuDNN) at seq >= 4096": all(r[10] >= 0.8 for r in rows if r[2] >= 4096)}
+    return {"columns": ["head_dim", "causal", "seq_len", "Triton TFLOP/s", "FA2 TFLOP/s", "default TFLOP/s",
+                        "efficient TFLOP/s", "naive TFLOP/s", "compile TFLOP/s", "Triton/FA2", "Triton/default",
+                        "Triton/cuBLAS peak", "compile s"],
+            "rows": rows, "targets": targets,
+            "notes": ["fp16, batch 4 x heads 8; FLOPs 4*B*H*S^2*D, halved when causal; default = what SDPA picks "
+                      "with no backend named (cuDNN on an H100/H200); torch.compile of the naive version only at "
+                      "head_dim 128, seq 4096 (dynamic=False, built per shape)"] + memory
+                     + [f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()]}
+
+
 BENCHMARKS = {"vector_add": bench_vector_add, "softmax": bench_softmax, "matmul_relu": bench_matmul_relu,
               "matmul_relu_grouped": bench_matmul_relu_grouped,
-              "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline, "autotuning": bench_autotuning}
+              "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline, "autotuning": bench_autotuning,
+              "layer_norm": bench_layer_norm, "fused_attention": bench_fused_attention}
 
 
 def run_bench(repeats: int, sections: list[str]) -> dict:
