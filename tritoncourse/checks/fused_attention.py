@@ -130,6 +130,33 @@ LN_TOLERANCES = {
 LN_STATS_TOLERANCE = (1e-5, 1e-5, "the mean and 1/std are fp32 in every dtype")
 
 
+def make_ln_inputs(n_rows: int, n_cols: int, dtype: torch.dtype, data: str, seed: int):
+    """Fresh (x, w, b). "randn": rows of std 2 whose means lie between 2 and 3 in size (either sign), so that a
+    variance that counts the masked-off lanes (each adds mean²) is off by at least a few percent; "offset": rows
+    around +1000, where mean(x²) - mean(x)² cancels in fp32."""
+    g = generator(seed)
+    x = torch.randn(n_rows, n_cols, generator=g) * 2
+    if data == "offset":
+        x = x + 1000.0
+    elif data == "randn":
+        sign = torch.where(torch.rand(n_rows, 1, generator=g) < 0.5, -1.0, 1.0)
+        x = x + sign * (2 + torch.rand(n_rows, 1, generator=g))
+    else:
+        raise ValueError(f"data must be randn or offset, got {data!r}")
+    w = (torch.rand(n_cols, generator=g) + 0.5).to(dtype)
+    b = torch.randn(n_cols, generator=g).to(dtype)
+    return x.to(dtype), w, b
+
+
+def layer_norm_tolerance(dtype, mean_ref, rstd_ref, w) -> tuple[float, float, float]:
+    """(atol, rtol, the error of an fp32 mean) for y: :data:`LN_TOLERANCES` plus what an fp32 mean costs. The
+    fp32 mean of n values around |mean| is off by up to about 2·log2(n) fp32 roundoffs of |mean| (a tree sum), and
+    y inherits that error times rstd·|w|: it matters only for rows far from 0 ("offset")."""
+    atol, rtol, _ = LN_TOLERANCES[dtype]
+    mean_err = 2 * math.log2(max(w.numel(), 2)) * 2.0**-24 * float(mean_ref.abs().max())
+    return atol + mean_err * float(rstd_ref.max()) * float(w.abs().max()), rtol, mean_err
+
+
 def layer_norm_ref(x, w, b, eps):
     """(y, mean, rstd) in fp64 on the CPU: y = (x - mean) / sqrt(var + eps) * w + b, var the biased variance."""
     x64 = x.double().cpu()
@@ -192,17 +219,11 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
     require_triton_kernel(kernel, LAYER_NORM)
     device = infer_device()
     seed = fresh_seed() if seed is None else seed
-    g = generator(seed)
-    x = torch.randn(n_rows, n_cols, generator=g) * 2
-    if data == "offset":
-        x = x + 1000.0
-    x = x.to(dtype)
-    w = (torch.rand(n_cols, generator=g) + 0.5).to(dtype)
-    b = torch.randn(n_cols, generator=g).to(dtype)
+    x, w, b = make_ln_inputs(n_rows, n_cols, dtype, data, seed)
     block = triton.next_power_of_2(n_cols)
     pad = max(64, block)
     context = (f"{n_rows} rows of {n_cols}, {str(dtype).replace('torch.', '')}, "
-               f"{'rows around +1000' if data == 'offset' else 'random normal rows'}"
+               f"{'rows around +1000' if data == 'offset' else 'random normal rows (std 2, means 2 to 3 in size)'}"
                f"{f', rows {n_cols + row_gap} apart' if row_gap else ''}, BLOCK_SIZE={block}, seed {seed}")
     stride = n_cols + row_gap
     xs = torch.full((pad + n_rows * stride + pad,), float("nan"), dtype=dtype, device=device)
@@ -235,11 +256,7 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
             "Likely cause: the tl.store to y is not masked with cols < n_cols (a row's block is BLOCK_SIZE wide), "
             "or a row is addressed without stride_y_row.")
     y_ref, mean_ref, rstd_ref = layer_norm_ref(x, w, b, eps)
-    atol, rtol, _ = LN_TOLERANCES[dtype]
-    # The fp32 mean of n values around |mean| is off by up to about 2·log2(n) fp32 roundoffs of |mean| (a tree
-    # sum), and y inherits that error times rstd·|w|: it matters only for rows far from 0 ("offset").
-    mean_err = 2 * math.log2(max(n_cols, 2)) * 2.0**-24 * float(mean_ref.abs().max())
-    atol += mean_err * float(rstd_ref.max()) * float(w.abs().max())
+    atol, rtol, mean_err = layer_norm_tolerance(dtype, mean_ref, rstd_ref, w)
     ok, msg = compare(yv, y_ref, atol=atol, rtol=rtol, name="y")
     if not ok:
         raise KernelCheckError(f"Wrong values ({context}).\n{msg}\n"

@@ -1,0 +1,137 @@
+"""Phase 6's check module: are the tolerances tight enough to catch each known mistake on every tested shape, and
+loose enough for a correct fp32 computation; are the causes named right; does gpu_check know the phase?
+
+Fast: torch only (fp64 replays of the mistakes), except one small kernel launch on the interpreter.
+"""
+import ast
+import importlib
+import sys
+
+import nbformat
+import pytest
+import torch
+
+from course import ROOT
+from tritoncourse.checks import fused_attention as fa
+
+NOTEBOOK = ROOT / "source" / "06_fused_attention" / "06_fused_attention.ipynb"
+SEEDS = range(1, 9)
+
+
+def notebook_calls(name):
+    """(grade_id, keyword arguments) of every call of ``name`` in the notebook's test cells."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    cases = []
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        if cell.cell_type != "code" or not gid.startswith("test_"):
+            continue
+        body = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%%"))
+        for node in ast.walk(ast.parse(body)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == name:
+                kw = {}
+                for k in node.keywords:
+                    if isinstance(k.value, ast.Attribute):  # dtype=torch.float16
+                        kw[k.arg] = getattr(torch, k.value.attr)
+                    else:
+                        kw[k.arg] = ast.literal_eval(k.value)
+                cases.append((gid, kw))
+    return cases
+
+
+ATTENTION = notebook_calls("check_attention")
+LAYER_NORM = notebook_calls("check_layer_norm")
+
+
+def _setup(kw, seed):
+    dtype = kw.get("dtype", torch.float32)
+    q, k, v = fa.make_qkv(kw["batch"], kw["heads"], kw["seq_len"], kw["head_dim"], dtype, kw.get("data", "randn"), seed)
+    scale = kw.get("sm_scale") or kw["head_dim"] ** -0.5
+    causal = kw.get("causal", False)
+    ref_o, ref_lse = fa.attention_ref(q, k, v, causal, scale)
+    max_score = float(ref_lse.abs().max()) + torch.log(torch.tensor(float(kw["seq_len"]))).item()
+    atol, rtol, _ = fa.attention_tolerance(dtype, "cpu", max_score, float(v.abs().max()))
+    return q, k, v, scale, causal, ref_o, atol, rtol
+
+
+def _caught(out, ref, atol, rtol, dtype):
+    out = out.to(dtype).double()
+    return not bool(torch.allclose(out, ref, atol=atol, rtol=rtol, equal_nan=False))
+
+
+def test_the_notebook_has_cases():
+    assert len({g for g, _ in ATTENTION}) == 8 and len(ATTENTION) >= 16
+    assert len({g for g, _ in LAYER_NORM}) == 5
+
+
+@pytest.mark.parametrize("gid,kw", ATTENTION, ids=[f"{g}-{i}" for i, (g, _) in enumerate(ATTENTION)])
+def test_attention_tolerance_passes_fp32_torch_and_catches_mistakes(gid, kw):
+    """A correct fp32 computation is within the tolerance on every tested shape and seed; no rescale and the scale
+    after the softmax are caught everywhere, a dropped last key tile wherever seq_len is ragged, a causal mask off
+    by one in every causal case."""
+    block_n = kw.get("block_n", 16)
+    for seed in SEEDS:
+        q, k, v, scale, causal, ref, atol, rtol = _setup(kw, seed)
+        dtype = q.dtype
+        s = (q.float() @ k.float().transpose(-2, -1)) * scale
+        if causal:
+            n = q.shape[-2]
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        fp32 = torch.softmax(s, -1) @ v.float()
+        assert not _caught(fp32, ref, atol, rtol, dtype), (gid, kw, seed)
+        mistakes = {"no rescale": dict(rescale_acc=False), "scale after": dict(scale_after=True)}
+        if kw["seq_len"] % block_n:
+            mistakes["last tile dropped"] = dict(drop_last=True)
+        if causal:
+            mistakes["causal + 1"] = dict(diag=1, block_m=kw.get("block_m", 16))
+        for name, mistake in mistakes.items():
+            wrong = fa._tiled(q, k, v, causal, scale, block_n, **mistake)
+            assert _caught(wrong, ref, atol, rtol, dtype), (gid, kw, seed, name)
+
+
+@pytest.mark.parametrize("mistake,words", [
+    (dict(rescale_acc=False), "not rescaled"), (dict(scale_after=True), "after the softmax"),
+    (dict(drop_last=True), "last key tile is dropped"), (dict(diag=1, block_m=32), "off by one")])
+def test_attention_diagnosis_names_the_mistake(mistake, words):
+    kw = dict(batch=1, heads=2, seq_len=50, head_dim=16, block_m=32, block_n=16, causal="diag" in mistake)
+    q, k, v, scale, causal, ref, atol, rtol = _setup(kw, 3)
+    out = fa._tiled(q, k, v, causal, scale, 16, **mistake).float()
+    _, ref_lse = fa.attention_ref(q, k, v, causal, scale)
+    assert words in fa._attention_diagnose(out, None, q, k, v, causal, scale, 32, 16, (atol, rtol), ref_lse, "randn")
+
+
+@pytest.mark.parametrize("gid,kw", LAYER_NORM, ids=[f"{g}-{i}" for i, (g, _) in enumerate(LAYER_NORM)])
+def test_layer_norm_tolerance_catches_masked_lanes_and_one_pass_variance(gid, kw):
+    """Counting the masked lanes in the variance is caught on every ragged row length; the one-pass variance
+    mean(x²) - mean(x)², computed in fp32, on rows around +1000."""
+    import triton
+
+    n_cols, dtype = kw["n_cols"], kw.get("dtype", torch.float32)
+    block = triton.next_power_of_2(n_cols)
+    for seed in SEEDS:
+        x, w, b = fa.make_ln_inputs(kw["n_rows"], n_cols, dtype, kw.get("data", "randn"), seed)
+        ref, mean_ref, rstd_ref = fa.layer_norm_ref(x, w, b, 1e-5)
+        atol, rtol, _ = fa.layer_norm_tolerance(dtype, mean_ref, rstd_ref, w)
+        xf = x.float()
+        mean = xf.mean(-1, keepdim=True)
+        two_pass = (xf - mean) * torch.rsqrt(((xf - mean) ** 2).mean(-1, keepdim=True) + 1e-5) * w.float() + b.float()
+        assert torch.allclose(two_pass.to(dtype).double(), ref, atol=atol, rtol=rtol), (gid, kw, seed)
+        wrong = next(c for c, words in fa._ln_candidates(x, w, b, 1e-5, block) if "masked-off lanes" in words)
+        if block != n_cols:
+            assert not torch.allclose(wrong.to(dtype).double(), ref, atol=atol, rtol=rtol), (gid, kw, seed)
+        if kw.get("data") == "offset" and dtype == torch.float32:
+            var = (xf * xf).mean(-1, keepdim=True) - mean * mean
+            one_pass = (xf - mean) / torch.sqrt(var.clamp(min=0) + 1e-5) * w + b
+            assert not torch.allclose(one_pass.double(), ref, atol=atol, rtol=rtol), (gid, kw, seed)
+
+
+def test_gpu_check_has_the_phase_6_sections():
+    sys.path.insert(0, str(ROOT / "tools"))
+    gpu_check = importlib.import_module("gpu_check")
+    assert gpu_check.BENCHMARKS["fused_attention"] is gpu_check.bench_fused_attention
+    assert gpu_check.BENCHMARKS["layer_norm"] is gpu_check.bench_layer_norm
+    nb = gpu_check.reference_module("06_fused_attention")  # the notebook as a module, read without nbformat
+    q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
+    o, lse = nb.attention(q, k, v, True)
+    ref_o, ref_lse = nb.attention_ref(q, k, v, True)
+    assert torch.allclose(o, ref_o, atol=1e-5) and torch.allclose(lse, ref_lse, atol=1e-5)
