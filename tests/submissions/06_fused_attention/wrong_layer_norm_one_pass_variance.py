@@ -2,6 +2,7 @@
 # difference, about 4, keeps only a few of fp32's 24 bits.
 # expect-fail: test_layer_norm_offset_rows
 # expect-message: cancellation
+# replaces: layer_norm_kernel
 # other-solutions: source
 @triton.jit
 def triton_layer_norm_kernel(

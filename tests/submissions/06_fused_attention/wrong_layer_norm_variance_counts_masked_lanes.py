@@ -2,6 +2,7 @@
 # length is not a power of two see it.
 # expect-fail: test_layer_norm_ragged_rows test_layer_norm_fp16 test_layer_norm_offset_rows test_layer_norm_strided_rows
 # expect-message: masked-off lanes
+# replaces: layer_norm_kernel
 # other-solutions: source
 @triton.jit
 def triton_layer_norm_kernel(
