@@ -120,7 +120,7 @@ def _learner_jupyter_config(config: Path) -> None:
         path.write_text(json.dumps(settings))
 
 
-def _make_course(tmp: Path) -> Path:
+def _make_course(tmp: Path, phase: str = PHASE) -> Path:
     """A throw-away learner's workspace, as `make lab` and the container serve it: notebooks/ with the
     learner's notebook and the workspace's nbgrader_config.py (Validate reads it from the server's
     working directory); and Jupyter settings of its own."""
@@ -129,7 +129,7 @@ def _make_course(tmp: Path) -> Path:
     workspace_config = ROOT / "notebooks" / "nbgrader_config.py"
     if workspace_config.exists():
         shutil.copy2(workspace_config, course / "notebooks" / "nbgrader_config.py")
-    nbformat.write(learner_notebook(PHASE), course / "notebooks" / f"{PHASE}.ipynb")
+    nbformat.write(learner_notebook(phase), course / "notebooks" / f"{phase}.ipynb")
     _learner_jupyter_config(tmp / "jupyter-config")
     return course
 
@@ -206,9 +206,9 @@ class JupyterLab:
 
 
 @pytest.fixture
-def lab(tmp_path):
+def lab(tmp_path, request):
     _requirements_or_fail()
-    course = _make_course(tmp_path)
+    course = _make_course(tmp_path, getattr(request, "param", PHASE))
     server = JupyterLab(course, tmp_path)
     try:
         server.wait_ready()
@@ -333,3 +333,75 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
     shot("06-validate")
     assert "Success! Your notebook passes all the tests." in text, f"Validate said:\n{text}"
     page.get_by_role("button", name=re.compile("OK", re.I)).first.click()
+
+
+CAPSTONE = "06_fused_attention"
+
+
+@pytest.mark.parametrize("lab", [CAPSTONE], indirect=True)
+def test_capstone_runs_and_its_tile_widget_follows(lab):
+    """Does a learner who solved phase 6 see every cell run without an error, every test cell pass, and the
+    key-tile picture change when BLOCK_M moves? (Validate is phase 1's test: it is the same button.)"""
+    from playwright.sync_api import expect, sync_playwright
+
+    out = ARTIFACTS.parent / "browser-capstone"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    js_errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("pageerror", lambda err: js_errors.append(str(err)))
+            page.set_default_timeout(60_000)
+            try:
+                page.goto(f"{lab.base}/lab/tree/{CAPSTONE}.ipynb?token={lab.token}")
+                code_cells = page.locator(".jp-NotebookPanel:visible .jp-CodeCell")
+                expect(code_cells.nth(20)).to_be_attached(timeout=120_000)
+                n_code = code_cells.count()
+                lab.wait_kernel_idle()
+                page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+                page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+                prompts = page.locator(".jp-NotebookPanel:visible .jp-CodeCell .jp-InputArea-prompt")
+                idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+                deadline = time.monotonic() + 2 * RUN_ALL_TIMEOUT_S
+                while time.monotonic() < deadline:
+                    texts = prompts.all_inner_texts()
+                    ran = sum(bool(re.search(r"\[\d+\]", t)) for t in texts)
+                    if ran == n_code and idle.count() == 1:
+                        break
+                    page.wait_for_timeout(1000)
+                errors = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output[data-mime-type="
+                                      "'application/vnd.jupyter.stderr']").all_inner_texts()
+                assert not errors, "cells raised errors or wrote to stderr:\n" + "\n---\n".join(t[-3000:] for t in errors)
+                assert ran == n_code, f"Run All ran {ran} of {n_code} code cells"
+                test_cells = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
+                                          has=page.locator(".cm-content", has_text="%%kernel_test"))
+                outputs = [test_cells.nth(i).locator(".jp-OutputArea").inner_text().strip()
+                           for i in range(test_cells.count())]
+                assert len(outputs) == 16, f"found {len(outputs)} %%kernel_test cells"
+                for text in outputs:
+                    assert text.startswith(("PASSED:", "HIDDEN:")) and "FAILED" not in text, text
+                widget_cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
+                                           has=page.locator(".widget-dropdown", has_text="BLOCK_M"))
+                expect(widget_cell).to_have_count(1, timeout=30_000)
+                picture = widget_cell.locator(".jp-OutputArea-output img")
+                expect(picture).to_have_count(1, timeout=30_000)
+                widget_cell.evaluate("el => el.scrollIntoView({block: 'start'})")
+                before = picture.get_attribute("src")
+                page.screenshot(path=str(out / "01-tiles-block-m-32.png"))
+                select = widget_cell.locator(".widget-dropdown", has_text="BLOCK_M").locator("select")
+                assert select.input_value() == "32", select.input_value()
+                select.select_option("64")
+                deadline = time.monotonic() + 60
+                while (after := picture.get_attribute("src") if picture.count() == 1 else None) in (None, before):
+                    assert time.monotonic() < deadline, "the picture did not change after BLOCK_M moved to 64"
+                    page.wait_for_timeout(250)
+                page.screenshot(path=str(out / "02-tiles-block-m-64.png"))
+            except BaseException:
+                page.screenshot(path=str(out / "failure.png"))
+                raise
+        finally:
+            browser.close()
+    assert not js_errors, "JavaScript errors in the page:\n" + "\n".join(js_errors)
