@@ -349,6 +349,7 @@ class ResilientExecute(Execute):
         if self._keep is None:
             import psutil
 
+            self._box.watch(outer)  # the memory and disk watchdog guards the kernel and all its cells start
             keep = {outer}
             for proc in self._box.descendants(outer):
                 try:
