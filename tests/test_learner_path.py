@@ -1,0 +1,56 @@
+"""What a learner meets in the released notebooks: every code cell parses, and a learner who fills only the
+stubs the release leaves (the `# YOUR CODE HERE` lines) with the reference's code has a notebook that runs
+(the full-marks check of that notebook is in test_grading.py: test_filled_release_gets_full_marks)."""
+from __future__ import annotations
+
+import ast
+
+import nbformat
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+
+from course import ROOT, fill_solution_regions
+
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "source").iterdir() if p.is_dir())
+
+
+def _read(folder: str, assignment: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / folder / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def _syntax_errors(nb: nbformat.NotebookNode) -> list[str]:
+    """Each code cell as IPython runs it (magics turned into Python), parsed; the errors, by cell."""
+    transform = TransformerManager().transform_cell
+    errors = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            ast.parse(transform(cell.source))
+        except SyntaxError as err:
+            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+            errors.append(f"cell {i} {gid}: line {err.lineno}: {err.msg}")
+    return errors
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_release_code_cell_parses(assignment):
+    """Does every code cell of the release, stubs included, parse as IPython runs it?"""
+    errors = _syntax_errors(_read("release", assignment))
+    assert not errors, f"release/{assignment}: cells that do not parse:\n" + "\n".join(errors)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_filling_the_stubs_gives_the_reference(assignment):
+    """Is every stub of the release in the place of one solution region, so that filling the stubs (and nothing
+    else) gives cells that parse and equal the reference's?"""
+    release, source = _read("release", assignment), _read("source", assignment)
+    filled = fill_solution_regions(release, source)
+    assert not _syntax_errors(filled)
+    strip = lambda s: [ln for ln in s.splitlines() if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")]  # noqa: E731
+    ref = {c.metadata.nbgrader["grade_id"]: c.source for c in source.cells
+           if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    for cell in filled.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.cell_type == "code" and gid in ref:
+            assert strip(cell.source) == strip(ref[gid]), f"{assignment}/{gid}: the filled stub differs from the source"
