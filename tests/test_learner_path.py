@@ -54,3 +54,54 @@ def test_filling_the_stubs_gives_the_reference(assignment):
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if cell.cell_type == "code" and gid in ref:
             assert strip(cell.source) == strip(ref[gid]), f"{assignment}/{gid}: the filled stub differs from the source"
+
+
+# ---- the checked exercises: does each check fail a wrong answer and pass the reference? ----------------
+def _cells_by_id(assignment: str) -> dict[str, str]:
+    return {c.get("id"): c.source for c in _read("source", assignment).cells}
+
+
+def _run_script(tmp_path, text: str):
+    import subprocess
+    import sys
+
+    path = tmp_path / "exercise.py"
+    path.write_text(text)
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "TRITON_INTERPRET": "1"})
+
+
+HEADER = ("import torch\nimport triton\nimport triton.language as tl\nfrom tritoncourse.checking import compare\n"
+          "DEVICE = 'cpu'\n")
+
+
+@pytest.mark.parametrize("answer,passes", [("reference", True), ("the planted bug", False)])
+def test_debugging_check_fails_the_planted_bug(tmp_path, answer, passes):
+    """Phase 1's debugging exercise: its check passes the fixed wrapper and fails the planted bug."""
+    from course import reference_solution
+
+    cells = _cells_by_id("01_vector_add")
+    fixed = reference_solution(cells["axpy-fixed"]) if answer == "reference" else "axpy_fixed = axpy\n"
+    proc = _run_script(tmp_path, HEADER + cells["planted-bug"] + "\n\n" + fixed + "\n\n" + cells["axpy-check"] + "\n")
+    assert ("bug found and fixed" in proc.stdout) is passes, proc.stdout + proc.stderr
+    assert (proc.returncode == 0) is passes and ("AssertionError" in proc.stderr) is not passes
+
+
+@pytest.mark.parametrize("answer,passes", [
+    ("reference", True),
+    ("truncated", False),  # drops the low bits without rounding: error up to 2^-10
+    ("unchanged", False),  # returns x: keeps all 23 bits
+])
+def test_tf32_check_fails_wrong_roundings(tmp_path, answer, passes):
+    """Phase 3's numerics exercise: its check passes rounding to nearest and fails truncation or no rounding."""
+    from course import reference_solution
+
+    cells = _cells_by_id("03_matmul_relu")
+    answers = {
+        "reference": reference_solution(cells["round-to-tf32"]),
+        "truncated": "def round_to_tf32(x):\n    return (x.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)\n",
+        "unchanged": "def round_to_tf32(x):\n    return x.clone()\n",
+    }
+    proc = _run_script(tmp_path, HEADER + answers[answer] + "\n\n" + cells["round-to-tf32-check"] + "\n")
+    assert ("round_to_tf32 is right" in proc.stdout) is passes, proc.stdout + proc.stderr
+    assert (proc.returncode == 0) is passes
