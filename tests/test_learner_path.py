@@ -105,3 +105,22 @@ def test_tf32_check_fails_wrong_roundings(tmp_path, answer, passes):
     proc = _run_script(tmp_path, HEADER + answers[answer] + "\n\n" + cells["round-to-tf32-check"] + "\n")
     assert ("round_to_tf32 is right" in proc.stdout) is passes, proc.stdout + proc.stderr
     assert (proc.returncode == 0) is passes
+
+
+@pytest.mark.parametrize("answer,passes", [({"eager": 3, "triton": 1}, True), ({"eager": 1, "triton": 1}, False),
+                                           ({"eager": 3, "triton": 3}, False)])
+def test_profiling_check_compares_with_the_profile(answer, passes, capsys):
+    """Phase 4's profiling exercise: its check passes the launches a profile shows and fails other counts."""
+    cells = _cells_by_id("04_benchmarking")
+    profile = {"eager": {"add": (1, 60.0), "clamp_min": (1, 60.0), "mul": (1, 60.0)},
+               "triton": {"triton_add_relu_mul_kernel": (1, 40.0)}}
+    namespace = {"profiles": profile, "kernel_launches": answer}
+    if passes:
+        exec(cells["kernel-launches-check"], namespace)
+        assert "matches the profile" in capsys.readouterr().out
+    else:
+        with pytest.raises(AssertionError, match="the profile shows"):
+            exec(cells["kernel-launches-check"], namespace)
+    reference = {}
+    exec(cells["kernel-launches"].replace("### BEGIN SOLUTION", "").replace("### END SOLUTION", ""), reference)
+    assert reference["kernel_launches"] == {"eager": 3, "triton": 1}
