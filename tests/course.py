@@ -170,3 +170,54 @@ def graded_test_ids(nb: nbformat.NotebookNode) -> list[str]:
     return [c.metadata.nbgrader["grade_id"] for c in nb.cells
             if c.get("metadata", {}).get("nbgrader", {}).get("grade")
             and not c.metadata.nbgrader.get("solution") and c.cell_type == "code"]
+
+
+STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")  # nbgrader's code stub (ClearSolutions.code_stub)
+
+
+def solution_regions(cell_source: str) -> list[str]:
+    """The text between each ``### BEGIN SOLUTION`` and ``### END SOLUTION`` of a source cell, in order."""
+    regions, current = [], None
+    for line in cell_source.splitlines():
+        if line.strip() == "### BEGIN SOLUTION":
+            current = []
+        elif line.strip() == "### END SOLUTION":
+            regions.append("\n".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return regions
+
+
+def fill_solution_regions(release: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The release as a learner who did exactly what it asks has it: each ``# YOUR CODE HERE`` /
+    ``raise NotImplementedError()`` stub replaced by the source's solution region at that place, and
+    nothing else of the cell touched (written answers take the source's text). Fails when a release cell's
+    stubs and the source cell's regions do not pair up."""
+    nb = nbformat.from_dict(release)
+    ref = {c.metadata.nbgrader["grade_id"]: c for c in source.cells
+           if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid not in ref:
+            continue
+        if cell.cell_type == "markdown":
+            cell.source = reference_solution(ref[gid].source)
+            continue
+        regions = solution_regions(ref[gid].source)
+        lines, out, used = cell.source.splitlines(), [], 0
+        i = 0
+        while i < len(lines):
+            if lines[i].strip() == STUB[0] and i + 1 < len(lines) and lines[i + 1].strip() == STUB[1]:
+                if used == len(regions):
+                    raise AssertionError(f"{gid}: more stubs in the release than solution regions in the source")
+                out.append(regions[used])
+                used += 1
+                i += 2
+            else:
+                out.append(lines[i])
+                i += 1
+        if used != len(regions):
+            raise AssertionError(f"{gid}: {len(regions)} solution regions in the source, {used} stubs in the release")
+        cell.source = "\n".join(out)
+    return nb

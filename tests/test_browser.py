@@ -120,16 +120,17 @@ def _learner_jupyter_config(config: Path) -> None:
         path.write_text(json.dumps(settings))
 
 
-def _make_course(tmp: Path, phase: str = PHASE) -> Path:
+def _make_course(tmp: Path, notebooks: dict[str, nbformat.NotebookNode] | None = None) -> Path:
     """A throw-away learner's workspace, as `make lab` and the container serve it: notebooks/ with the
-    learner's notebook and the workspace's nbgrader_config.py (Validate reads it from the server's
-    working directory); and Jupyter settings of its own."""
+    learner's notebook (or ``notebooks``, by phase) and the workspace's nbgrader_config.py (Validate reads it
+    from the server's working directory); and Jupyter settings of its own."""
     course = tmp / "course"
     (course / "notebooks").mkdir(parents=True)
     workspace_config = ROOT / "notebooks" / "nbgrader_config.py"
     if workspace_config.exists():
         shutil.copy2(workspace_config, course / "notebooks" / "nbgrader_config.py")
-    nbformat.write(learner_notebook(phase), course / "notebooks" / f"{phase}.ipynb")
+    for phase, nb in (notebooks or {PHASE: learner_notebook(PHASE)}).items():
+        nbformat.write(nb, course / "notebooks" / f"{phase}.ipynb")
     _learner_jupyter_config(tmp / "jupyter-config")
     return course
 
@@ -208,7 +209,8 @@ class JupyterLab:
 @pytest.fixture
 def lab(tmp_path, request):
     _requirements_or_fail()
-    course = _make_course(tmp_path, getattr(request, "param", PHASE))
+    phase = getattr(request, "param", PHASE)
+    course = _make_course(tmp_path, {phase: learner_notebook(phase)})
     server = JupyterLab(course, tmp_path)
     try:
         server.wait_ready()
@@ -335,6 +337,124 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
     page.get_by_role("button", name=re.compile("OK", re.I)).first.click()
 
 
+# ---- every phase's plots and widgets -------------------------------------------------------------------
+PHASES = sorted(p.name for p in SOURCE.iterdir() if p.is_dir())
+PLOT_CALLS = ("plot_recorded(", "show_recorded_roofline(")  # the CPU's pictures of a recorded GPU run
+WIDGET_CALL = re.compile(r"^\w+_widget\(", re.M)  # a cell that ends by returning a widget factory's widget
+PICTURES = ARTIFACTS.parent / "browser-phases"
+
+
+def pictures_notebook(phase: str) -> nbformat.NotebookNode:
+    """The solved notebook without its %%kernel_test cells (the phase-1 test above runs tests and Validate):
+    what is left is the learner's path through the text, the plots and the widgets."""
+    nb = learner_notebook(phase)
+    nb.cells = [c for c in nb.cells if not (c.cell_type == "code" and c.source.lstrip().startswith("%%kernel_test"))]
+    return nb
+
+
+def expected_pictures(nb: nbformat.NotebookNode) -> tuple[int, int]:
+    """(cells that draw a recorded GPU plot, cells that show a widget)."""
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    return sum(any(call in s for call in PLOT_CALLS) for s in code), sum(bool(WIDGET_CALL.search(s)) for s in code)
+
+
+def test_every_phase_has_a_plot_and_the_widget_phases_have_widgets():
+    """Does every phase draw its GPU plot on a CPU, and do phases 1 to 5 have a widget (phase 4 included)?"""
+    for phase in PHASES:
+        plots, widgets = expected_pictures(pictures_notebook(phase))
+        assert plots >= 1, f"{phase} has no recorded-plot cell"
+        assert widgets >= 1, f"{phase} has no widget cell"
+
+
+@pytest.fixture
+def lab_all_phases(tmp_path):
+    _requirements_or_fail()
+    course = _make_course(tmp_path, {phase: pictures_notebook(phase) for phase in PHASES})
+    server = JupyterLab(course, tmp_path)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_every_phase_plots_and_widgets_render(lab_all_phases):
+    """In each phase, does Run All draw every plot (the recorded GPU run on this CPU) and every widget, with no
+    error? A screenshot of each lies in tests/artifacts/browser-phases/."""
+    from playwright.sync_api import expect, sync_playwright
+
+    lab = lab_all_phases
+    if PICTURES.exists():
+        shutil.rmtree(PICTURES)
+    PICTURES.mkdir(parents=True)
+    js_errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("pageerror", lambda err: js_errors.append(str(err)))
+            page.set_default_timeout(60_000)
+            for phase in PHASES:
+                try:
+                    _run_phase_pictures(page, lab, phase, expect)
+                except BaseException:
+                    page.screenshot(path=str(PICTURES / f"{phase}-failure.png"))
+                    raise
+                # One kernel at a time on 2 cores: shut this phase's down before the next.
+                for session in lab.api("/api/sessions"):
+                    req = urllib.request.Request(f"{lab.base}/api/sessions/{session['id']}", method="DELETE",
+                                                 headers={"Authorization": f"token {lab.token}"})
+                    urllib.request.urlopen(req, timeout=10).close()
+            (PICTURES / "jupyterlab.log").write_text(lab.log())
+        finally:
+            browser.close()
+    assert not js_errors, "JavaScript errors in the page:\n" + "\n".join(js_errors)
+
+
+def _run_phase_pictures(page, lab: JupyterLab, phase: str, expect) -> None:
+    plots, widgets = expected_pictures(pictures_notebook(phase))
+    page.goto(f"{lab.base}/lab/tree/{phase}.ipynb?token={lab.token}")
+    panel = ".jp-NotebookPanel:visible"
+    code_cells = page.locator(f"{panel} .jp-CodeCell")
+    expect(code_cells.first).to_be_attached(timeout=120_000)
+    lab.wait_kernel_idle()
+    n_code = code_cells.count()
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    prompts = page.locator(f"{panel} .jp-CodeCell .jp-InputArea-prompt")
+    deadline = time.monotonic() + RUN_ALL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        texts = prompts.all_inner_texts()
+        ran = sum(bool(re.search(r"\[\d+\]", t)) for t in texts)
+        if ran == n_code and not any("[*]" in t for t in texts):
+            break
+        page.wait_for_timeout(1000)
+    errors = page.locator(f"{panel} .jp-OutputArea-output[data-mime-type="
+                          "'application/vnd.jupyter.stderr']").all_inner_texts()
+    assert not errors, f"{phase}: cells raised errors or wrote to stderr:\n" + "\n---\n".join(t[-3000:] for t in errors)
+    assert ran == n_code, f"{phase}: Run All ran {ran} of {n_code} code cells in {RUN_ALL_TIMEOUT_S} s"
+    for k, call in enumerate(PLOT_CALLS):
+        cells = page.locator(f"{panel} .jp-CodeCell", has=page.locator(".cm-content", has_text=call))
+        for i in range(cells.count()):
+            cell = cells.nth(i)
+            expect(cell.locator(".jp-OutputArea-output img")).to_have_count(1, timeout=30_000)
+            assert "not measured on this machine" in cell.locator(".jp-OutputArea").inner_text() or \
+                call != "plot_recorded(", f"{phase}: a recorded plot does not say where it comes from"
+            cell.evaluate("el => el.scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(PICTURES / f"{phase}-plot-{k}{i}.png"))
+    found_plots = sum(page.locator(f"{panel} .jp-CodeCell", has=page.locator(".cm-content", has_text=call)).count()
+                      for call in PLOT_CALLS)
+    assert found_plots == plots, f"{phase}: {found_plots} plot cells on the page, {plots} in the notebook"
+    interacts = page.locator(f"{panel} .widget-interact")
+    expect(interacts).to_have_count(widgets, timeout=60_000)
+    for i in range(widgets):
+        box = interacts.nth(i)
+        expect(box.locator("img")).to_have_count(1, timeout=60_000)
+        box.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(PICTURES / f"{phase}-widget-{i}.png"))
+
+
+# ---- the capstone ------------------------------------------------------------------------------------
 CAPSTONE = "06_fused_attention"
 
 

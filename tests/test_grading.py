@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from course import SUBMISSIONS, Course, fixtures, graded_test_ids
+from course import SUBMISSIONS, Course, fill_solution_regions, fixtures, graded_test_ids
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct
@@ -65,6 +65,8 @@ def graded(tmp_path_factory):
             source = shards[0].source_notebook(assignment)
             submit("reference", source)
             submit("untouched", release)
+            # A learner who replaced each `# YOUR CODE HERE` stub of the release with the reference's code.
+            submit("filled_release", fill_solution_regions(release, source))
             # Learners who deleted every test cell, or replaced their code with `pass`.
             deleted = source.copy()
             deleted.cells = [c for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") is not True
@@ -95,6 +97,17 @@ def test_reference_gets_full_marks(graded, assignment):
     assert g.kernel_tests, "the notebook has no %%kernel_test cells"
     missing = {t: s for t, s in scores.items() if t in g.tests and s == 0}
     assert not missing, f"reference lost points: {missing}\n{g.feedback('reference')}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_filled_release_gets_full_marks(graded, assignment):
+    """Does a learner who fills only the release's stubs (with the reference's code) score every autograded
+    point? Catches stubs that cannot be filled in place (a cell that then fails to parse, a name left undefined)."""
+    g = graded(assignment)
+    scores = g.scores("filled_release")
+    lost = {t: scores.get(t) for t in g.tests if not scores.get(t)}
+    assert not lost, f"the filled release lost points: {lost}\n" + "\n".join(g.feedback("filled_release").get(t, "")
+                                                                            for t in lost)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from tritoncourse import widgets as W  # noqa: E402
-from tritoncourse.widgets import attention, autotuning, matmul, softmax, vector_add  # noqa: E402
+from tritoncourse.widgets import attention, autotuning, matmul, recorded, softmax, vector_add  # noqa: E402
 
 
 @pytest.fixture
@@ -62,6 +62,7 @@ def _factories(tmp_path):
         "occupancy_widget": lambda: autotuning.occupancy_widget(4, 168, 64),
         "sweep_widget": lambda: autotuning.sweep_widget(None, path=path),
         "attention_tiles_widget": lambda: attention.attention_tiles_widget(200, 32, 32, causal=True),
+        "roofline_widget": lambda: recorded.roofline_widget(path=path),
     }
 
 
@@ -135,3 +136,54 @@ def test_attention_tile_plan_matches_the_kernel_loops():
     assert (visited, total) == (10, 16)  # T = 4: (4 + 1) / (2 * 4) of the pairs
     assert attention.tile_plan(100, 32, 32, causal=False)[0] == ["full", "full", "full", "masked"]
     assert attention.tile_work(128, 32, 32, causal=False) == (16, 16)
+def test_the_2d_grid_order_is_the_launch_order_of_phase_3():
+    """Program id = pid_m + pid_n * grid_m on a 2-D grid (axis 0 fastest): the first programs walk down a column
+    of C tiles, reading many rows of A and one column of B; the grouped order reads fewer strips."""
+    order = matmul.grid_2d_order(8, 8)
+    assert order[:3] == [(0, 0), (1, 0), (2, 0)] and order[8] == (0, 1)
+    assert sorted(order) == [(m, n) for m in range(8) for n in range(8)]
+    assert matmul.strips_read(order, 8) == (8, 1)
+    assert matmul.strips_read(matmul.program_order(8, 8, 4), 8) == (4, 2)
+
+
+def _recorded_tables(tmp_path):
+    data = {"environment": {"gpu": "TEST GPU", "driver": "0", "torch": "2.x", "triton": "3.6.0", "date": "D-DAY"},
+            "benchmarks": {
+                "vector_add": {"columns": ["n (fp32)", "Triton GB/s", "torch GB/s"],
+                               "rows": [["2^12", 10.0, 11.0], ["2^14", 40.0, 39.0]], "measured": {"date": "D-1"}},
+                "autotuning": {"columns": ["kernel", "problem", "autotuned"],
+                               "rows": [["matmul+ReLU", "M=N=K=512 fp16", 30.0], ["vector add", "n=2^16 fp32", 5.0],
+                                        ["matmul+ReLU", "M=N=K=4096 fp16", 600.0]]}}}
+    path = tmp_path / "gpu-results.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_recorded_plot_draws_the_record_and_says_where_it_comes_from(tmp_path, shows, capsys):
+    path = _recorded_tables(tmp_path)
+    ax = recorded.plot_recorded("vector_add", "n (fp32)", [("Triton", "Triton GB/s", {}), ("Torch", "torch GB/s", {})],
+                                ylabel="GB/s", title="vector-add", path=path)
+    assert len(shows) == 1
+    lines = {line.get_label(): list(zip(line.get_xdata(), line.get_ydata())) for line in ax.get_lines()}
+    assert lines == {"Triton": [(4096, 10.0), (16384, 40.0)], "Torch": [(4096, 11.0), (16384, 39.0)]}
+    assert "TEST GPU" in ax.get_title() and "D-1" in ax.get_title() and "not measured here" in ax.get_title()
+    assert "not measured on this machine" in capsys.readouterr().out
+    series = recorded.recorded_series("autotuning", "problem", [("a", "autotuned", {"kernel": "matmul+ReLU"})], path)
+    assert series == {"a": [(512.0, 30.0), (4096.0, 600.0)]}
+
+
+def test_recorded_plot_without_a_record_draws_nothing(tmp_path, shows, capsys):
+    assert recorded.plot_recorded("softmax", "n_cols", [("x", "y", {})], "GB/s", "t",
+                                  path=tmp_path / "missing.json") is None
+    assert shows == [] and "No GPU results for 'softmax'" in capsys.readouterr().out
+
+
+def test_roofline_control_bounds():
+    """The control's verdicts follow min(P, I * B): a vector add is memory-bound everywhere, a 4096^3 matmul
+    compute-bound everywhere, and the ridge moves with the GPU."""
+    assert recorded.attainable_tflops(1 / 12, 4800, 989) == pytest.approx(0.4)
+    assert recorded.attainable_tflops(1365, 4800, 989) == 989
+    intensity, best, bound = recorded.draw_roofline_choice("vector add (fp32)", "H200 (datasheet)")
+    assert bound == "memory-bound" and best == pytest.approx(0.4)
+    assert recorded.draw_roofline_choice("matmul+ReLU 4096³ (fp16)", "RTX 4090 (datasheet)")[2] == "compute-bound"
+    plt.close("all")

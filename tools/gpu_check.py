@@ -15,7 +15,8 @@
                 matmul_relu, add_relu_mul, roofline, autotuning (phase 5: autotuned kernels against the earlier
                 phases' and torch, and the sweeps its notebook shows), layer_norm and fused_attention (phase 6:
                 the fused LayerNorm against a copy and torch; attention against every SDPA backend, naive torch
-                and torch.compile of it). Results go to results/gpu-results.json,
+                and torch.compile of it), profile (phase 4: torch.profiler's CUDA
+                kernels of eager and fused add-ReLU-scale). Results go to results/gpu-results.json,
                 and the README's results section is regenerated from it.
 With no flag, all three. Logs and executed notebooks go to --out (default results/gpu-run/).
 """
@@ -580,6 +581,43 @@ def bench_autotuning(repeats: int, peaks: dict) -> dict:
     }
 
 
+def bench_profile(repeats: int, peaks: dict) -> dict:
+    """Phase 4's profiling section: torch.profiler's CUDA kernels for one call of eager add-ReLU-scale (three
+    kernels) and of the fused Triton kernel (one), at 2^24 fp32; each kernel's median time over `repeats`
+    profiled calls. What a CPU learner reads instead of a live profile."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    nb = _phase4()
+    n = 2**24
+    x, bias = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    rows = []
+    for provider, fn in (("eager", nb.add_relu_mul_ref), ("triton", nb.add_relu_mul)):
+        for _ in range(3):
+            fn(x, bias, 0.5)  # compiled and warm
+        torch.cuda.synchronize()
+        per_kernel: dict[str, list[float]] = {}
+        launches: dict[str, int] = {}
+        for _ in range(repeats):
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn(x, bias, 0.5)
+                torch.cuda.synchronize()
+            for e in prof.key_averages():
+                if e.device_type != torch.autograd.DeviceType.CUDA or not e.count:
+                    continue
+                us = getattr(e, "device_time_total", None)
+                us = e.cuda_time_total if us is None else us
+                per_kernel.setdefault(e.key, []).append(us)
+                launches[e.key] = e.count
+        for name, times in per_kernel.items():
+            rows.append([provider, name[:90], launches[name], statistics.median(times)])
+        log(f"profile {provider}: " + ", ".join(f"{r[1][:40]} {r[3]:.0f} us" for r in rows if r[0] == provider))
+    kernels = {p: sum(r[2] for r in rows if r[0] == p) for p in ("eager", "triton")}
+    notes = [f"n = 2^24 fp32, one call per profile; kernel launches per call: eager {kernels['eager']}, "
+             f"triton {kernels['triton']}; times are medians over {repeats} profiles"]
+    return {"columns": ["provider", "CUDA kernel", "launches per call", "us per call"], "rows": rows, "notes": notes}
+
+
 LAYER_NORM_INPUT_BYTES = 2**28  # each benchmarked LayerNorm input: 256 MB, as for softmax
 
 
@@ -697,10 +735,13 @@ def bench_fused_attention(repeats: int, peaks: dict) -> dict:
                      + [f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()]}
 
 
+
+
 BENCHMARKS = {"vector_add": bench_vector_add, "softmax": bench_softmax, "matmul_relu": bench_matmul_relu,
               "matmul_relu_grouped": bench_matmul_relu_grouped,
               "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline, "autotuning": bench_autotuning,
-              "layer_norm": bench_layer_norm, "fused_attention": bench_fused_attention}
+              "layer_norm": bench_layer_norm, "fused_attention": bench_fused_attention,
+              "profile": bench_profile}
 
 
 def run_bench(repeats: int, sections: list[str]) -> dict:

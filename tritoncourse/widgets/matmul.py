@@ -151,6 +151,13 @@ def program_order(num_pid_m: int, num_pid_n: int, group_m: int) -> list[tuple[in
     return order
 
 
+def grid_2d_order(num_pid_m: int, num_pid_n: int) -> list[tuple[int, int]]:
+    """The C tile (pid_m, pid_n) that launch number 0, 1, 2, ... computes on phase 3's 2-D grid
+    ``(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))``: the GPU starts programs with axis 0 varying fastest, so pid_m
+    runs down a column of C tiles before pid_n moves on."""
+    return [(pid % num_pid_m, pid // num_pid_m) for pid in range(num_pid_m * num_pid_n)]
+
+
 def strips_read(order: list[tuple[int, int]], wave: int) -> tuple[int, int]:
     """(distinct rows of A tiles, distinct columns of B tiles) the first ``wave`` programs read."""
     first = order[:wave]
@@ -158,14 +165,16 @@ def strips_read(order: list[tuple[int, int]], wave: int) -> tuple[int, int]:
 
 
 def draw_program_order(num_pid_m: int = 8, num_pid_n: int = 8, group_m: int = 4, wave: int = 8):
-    """Row-major and grouped launch order side by side; the first ``wave`` programs are hatched.
+    """Phase 3's 2-D grid (pid_m fastest) and the grouped order side by side; the first ``wave`` programs
+    are hatched.
 
     Programs that run at the same time share the L2 cache: the fewer distinct rows of A and columns of
     B they need, the more of their loads hit L2 instead of memory.
     """
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
-    for ax, g, name in ((axes[0], 1, "row-major (GROUP_M = 1)"), (axes[1], group_m, f"grouped (GROUP_M = {group_m})")):
-        order = program_order(num_pid_m, num_pid_n, g)
+    panels = ((axes[0], grid_2d_order(num_pid_m, num_pid_n), "2-D grid (pid_m varies fastest)"),
+              (axes[1], program_order(num_pid_m, num_pid_n, group_m), f"grouped, 1-D grid (GROUP_M = {group_m})"))
+    for ax, order, name in panels:
         for launch, (m, n) in enumerate(order):
             early = launch < wave
             ax.add_patch(Rectangle((n, -m - 1), 1, 1, facecolor="#fdd49e" if early else "white",
