@@ -339,7 +339,7 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
 
 # ---- every phase's plots and widgets -------------------------------------------------------------------
 PHASES = sorted(p.name for p in SOURCE.iterdir() if p.is_dir())
-PLOT_CALLS = ("plot_recorded(", "show_recorded_roofline(")  # the CPU's pictures of a recorded GPU run
+PLOT_CALLS = ("plot_recorded(", "plot_recorded_attention(", "show_recorded_roofline(")  # the CPU's pictures of a recorded GPU run
 WIDGET_CALL = re.compile(r"^\w+_widget\(", re.M)  # a cell that ends by returning a widget factory's widget
 PICTURES = ARTIFACTS.parent / "browser-phases"
 
@@ -439,7 +439,7 @@ def _run_phase_pictures(page, lab: JupyterLab, phase: str, expect) -> None:
             cell = cells.nth(i)
             expect(cell.locator(".jp-OutputArea-output img")).to_have_count(1, timeout=30_000)
             assert "not measured on this machine" in cell.locator(".jp-OutputArea").inner_text() or \
-                call != "plot_recorded(", f"{phase}: a recorded plot does not say where it comes from"
+                not call.startswith("plot_recorded"), f"{phase}: a recorded plot does not say where it comes from"
             cell.evaluate("el => el.scrollIntoView({block: 'start'})")
             page.screenshot(path=str(PICTURES / f"{phase}-plot-{k}{i}.png"))
     found_plots = sum(page.locator(f"{panel} .jp-CodeCell", has=page.locator(".cm-content", has_text=call)).count()

@@ -37,6 +37,7 @@ import pytest
 from nbformat.v4 import new_code_cell
 
 from course import BIN, ROOT, Course, Fixture
+from tritoncourse.device import infer_device
 from tritoncourse.grading import sandbox
 from tritoncourse.grading.sandbox import INSTALL_COMMAND, OPT_OUT_ENV, OPT_OUT_VALUE, PACKAGE, Limits, Sandbox
 
@@ -46,7 +47,11 @@ KERNEL_TESTS = ["test_vector_add_full_blocks", "test_vector_add_ragged_sizes", "
                 "test_vector_add_large", "test_vector_add_fp16"]
 # Limits for the hostile graders: far below the defaults, so that a hog or a filler that the sandbox lets
 # through (a bug) costs this shared machine little; correct kernels' checks fit well inside them.
-HOSTILE_LIMITS = {"TRITONCOURSE_SANDBOX_MEMORY_MB": "2048", "TRITONCOURSE_SANDBOX_DISK_MB": "256"}
+# On a GPU a checking process under compute-sanitizer holds more than 2 GB resident (CUDA's context and the
+# sanitizer's shadow memory), and there only the watchdog limits memory (no address-space limit: CUDA maps far more
+# than it uses).
+ON_GPU = infer_device() == "cuda"
+HOSTILE_LIMITS = {"TRITONCOURSE_SANDBOX_MEMORY_MB": "8192" if ON_GPU else "2048", "TRITONCOURSE_SANDBOX_DISK_MB": "256"}
 # One learner's grading, and the whole hostile class, must end well inside the usual time-outs.
 GRADING_TIMEOUT = 900
 
@@ -377,8 +382,12 @@ def test_system_deps_names_the_command_for_a_user_without_bwrap():
 # ------------------------------------------------------------------------------------------ the hostile suite
 
 def _env(course: Path, **extra) -> dict:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(course),
-               PYTHONDONTWRITEBYTECODE="1", **extra)
+    # The course's own package first; then whatever PYTHONPATH already held other than this checkout (the GPU
+    # machines carry nbgrader there), so that graded code never imports this checkout's package.
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and os.path.realpath(p) != str(ROOT)]
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONPATH=os.pathsep.join([str(course)] + kept), PYTHONDONTWRITEBYTECODE="1", **extra)
     env.pop("TRITONCOURSE_SEED", None)
     return env
 
@@ -568,7 +577,8 @@ def _hostile_params():
 # What each hostile cell must report, or the grader must say, when the sandbox held.
 CONTAINED = {"hostile_patch_course_files": "patch_course_files: 0 changed",
              "hostile_fork_bomb": "then BlockingIOError",
-             "hostile_memory_hog": "then MemoryError",
+             # the CPU's address-space limit raises MemoryError; on a GPU the watchdog stops the kernel
+             "hostile_memory_hog": "MB of memory" if ON_GPU else "then MemoryError",
              "hostile_disk_filler": f"wrote more than {HOSTILE_LIMITS['TRITONCOURSE_SANDBOX_DISK_MB']} MB to disk",
              "hostile_kill_parent": "DeadKernelError",
              "hostile_kill_everything": "DeadKernelError",

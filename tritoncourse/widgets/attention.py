@@ -86,10 +86,14 @@ def attention_tiles_widget(seq_len: int = 200, block_m: int = 32, block_n: int =
 def plot_recorded_attention(results: dict | None, head_dim: int = 128) -> None:
     """The recorded GPU curves of the attention benchmark (tools/gpu_check.py, section fused_attention):
     TFLOP/s against seq_len for each provider, non-causal and causal side by side."""
+    from .recorded import recorded_label
+
     table = (results or {}).get("benchmarks", {}).get("fused_attention")
     if not table:
         print("No GPU results for 'fused_attention' have been recorded yet (results/gpu-results.json).")
         return
+    where = recorded_label(results, "fused_attention")
+    print(f"The plot below was {where}, not measured on this machine (timing needs a GPU).")
     cols = table["columns"]
     rows = [r for r in table["rows"] if r[cols.index("head_dim")] == head_dim]
     providers = [c for c in cols if c.endswith("TFLOP/s")]
@@ -107,4 +111,6 @@ def plot_recorded_attention(results: dict | None, head_dim: int = 128) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("TFLOP/s (4·B·H·S²·D, halved when causal)")
     axes[1].legend(fontsize=8)
+    fig.suptitle(f"{where[0].upper() + where[1:]} (not measured here)", fontsize=9)
+    fig.tight_layout()
     plt.show()
