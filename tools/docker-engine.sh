@@ -2,7 +2,6 @@
 # A Docker engine for tests/test_container.py (the images built and run), on Debian or Ubuntu:
 #   docker.io     Debian's engine (dockerd, containerd, runc) and its client /usr/bin/docker (BuildKit built in)
 #   debootstrap   makes the tests' local base image (no base image can be pulled on CI's machines)
-#   bubblewrap    the grading sandbox's bwrap, here and in the instructor's image
 # then starts dockerd (systemd where it runs, else in the background, logging to /var/log/dockerd.log)
 # and waits until it answers. Run as root; as another user it prints the one command to run.
 # Installs and starts only what is missing: running it again costs a second.
@@ -22,7 +21,6 @@ engine_answers() {
 packages=()
 [ -x /usr/sbin/dockerd ] || [ -x /usr/bin/dockerd ] || packages+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || packages+=(debootstrap)
-command -v bwrap >/dev/null 2>&1 || packages+=(bubblewrap)
 if [ ${#packages[@]} -eq 0 ] && engine_answers; then
     echo "docker-engine: $("$(client)" version --format 'engine {{.Server.Version}}, client {{.Client.Version}}') already running"
     exit 0
