@@ -87,7 +87,14 @@ def _instructions(path: Path = DOCKERFILE) -> list[tuple[str, str, str]]:
 
 
 def _from(stage: str) -> str:
-    return next(rest.split()[0] for s, word, rest in _instructions() if word == "FROM" and s == stage)
+    """A stage's base image, a build argument (``FROM ${BASE_CPU}``) read as its default."""
+    image = next(rest.split()[0] for s, word, rest in _instructions() if word == "FROM" and s == stage)
+    return _expand_args(image)
+
+
+def _expand_args(text: str) -> str:
+    """``text`` with each ``${ARG}`` or ``"${ARG}"`` replaced by that build argument's default."""
+    return re.sub(r'"?\$\{(\w+)\}"?', lambda m: _arg_default(m.group(1)), text)
 
 
 def _copies() -> list[tuple[str, list[str], str]]:
@@ -215,7 +222,7 @@ def test_image_installs_exactly_the_lock():
                 files.setdefault(stage, []).append(_repo_source_of(args[i + 1], stage))
                 i += 2
             elif arg in ("--index-url", "-i", "--extra-index-url"):
-                assert args[i + 1] == CPU_TORCH_INDEX, f"unexpected index {args[i + 1]}"
+                assert _expand_args(args[i + 1]) == CPU_TORCH_INDEX, f"unexpected index {args[i + 1]}"
                 i += 2
             elif arg.startswith("-"):
                 assert arg in ("--no-cache-dir", "--no-deps"), f"unexpected pip option {arg} in {stage}"
@@ -228,7 +235,7 @@ def test_image_installs_exactly_the_lock():
     assert files.get("learner") == ["requirements/lock.txt"], files
     assert files.get("base-cpu") == ["requirements/torch-cpu.txt"], files
     cpu_torch = next(args for stage, args in installs if stage == "base-cpu")
-    assert "--index-url" in cpu_torch and CPU_TORCH_INDEX in cpu_torch, \
+    assert "--index-url" in cpu_torch and CPU_TORCH_INDEX in map(_expand_args, cpu_torch), \
         "the CPU image must take torch from PyTorch's CPU index only"
     learner_runs = " ".join(rest for s, word, rest in _instructions() if s == "learner" and word == "RUN")
     assert "check_pins.py /opt/course-requirements" in learner_runs, "the build must check the pins it installed"

@@ -1,0 +1,564 @@
+"""The images of docker/, built and run on a Docker engine: what a learner and an instructor get.
+
+Built here, once per test session, with Debian's client (/usr/bin/docker, BuildKit built in):
+- a local base (tools/docker-local-base.sh: debootstrap bookworm + this machine's Python 3.11), passed as
+  ``BASE_CPU``, because no base image can be pulled on CI's machines;
+- torch's CPU wheel from a local index (the wheel this machine's pip finds, served on 127.0.0.1), passed
+  as ``TORCH_INDEX_URL``; everything else comes from the package registries as in a learner's build;
+- the CPU learner image, the CPU instructor image, and the GPU flavour's Python layer on a stand-in for
+  PyTorch's image (the local base with torch's CPU build installed system-wide, as torch is there).
+
+Then, in the images: the lock's pins; no solution, gradebook or submission in the image or its build
+context; `course check all` on a course whose notebooks hold the source's solutions; `lab-cpu` started by
+docker-compose from the real compose file, healthy, driven by tests/test_browser.py's browser steps (a
+notebook runs, a widget renders, Validate passes), files saved on the mounted course owned by the host
+user; and the instructor image grading a class with its learners' code in the bubblewrap sandbox, nested
+in the container under the least privilege docs/CONTAINER.md gives (SANDBOX_OPTS; refused without them).
+
+Sizes and build times go to tests/artifacts/container/images.json. Needs a Docker engine (root:
+`bash tools/docker-engine.sh` installs and starts one): without one every test skips and says so, except in
+CI as root, where it fails. TRITONCOURSE_SKIP_CONTAINER=1 skips them; TRITONCOURSE_BASE_CPU=python:3.11-slim-
+bookworm and TRITONCOURSE_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu build as a learner does where
+images and PyTorch's index can be reached. Select them with `pytest -m container`.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course import SUBMISSIONS, Fixture, graded_test_ids
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER_DIR = ROOT / "docker"
+ARTIFACTS = ROOT / "tests" / "artifacts" / "container"
+BASE_IMAGE = "triton-course-test-base:bookworm"
+GPU_STAND_IN = "triton-course-test-base:bookworm-torch"
+# The compose file's image names: the tests build them, compose runs them.
+CPU_IMAGE, INSTRUCTOR_IMAGE, GPU_PYTHON_IMAGE = "triton-course:cpu", "triton-course:instructor-cpu", \
+    "triton-course-test:gpu-python"
+PHASES = sorted(p.name for p in (ROOT / "release").iterdir() if (p / f"{p.name}.ipynb").exists())
+# The host user the course belongs to: ours, or a stand-in when the tests run as root (as CI does).
+TORCH_INDEX_PORT = 38765
+HOST_UID = os.getuid() if os.getuid() != 0 else 4321
+HOST_GID = os.getgid() if os.getuid() != 0 else 4321
+# The bubblewrap command of the grading sandbox (../shared/field-notes.md), with a check of what it gives.
+BWRAP_PROBE = ("mkdir -p /tmp/scratch && bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp "
+               "--bind /tmp/scratch /tmp/scratch --unshare-net --unshare-pid --unshare-user --uid 1000 --gid 1000 "
+               "--die-with-parent --new-session sh -c 'echo sandbox uid $(id -u) pid $$; "
+               "touch /ro-check 2>/dev/null && echo root writable || echo root read-only'")
+
+pytestmark = [pytest.mark.container, pytest.mark.slow]
+
+
+# ---- the engine, the base, torch's wheel ----
+
+def _docker_client() -> str | None:
+    """A client that builds with BuildKit: Debian's 20.10 has it built in; newer ones need buildx."""
+    for client in ("/usr/bin/docker", shutil.which("docker")):
+        if not client or not os.access(client, os.X_OK):
+            continue
+        out = subprocess.run([client, "version", "--format", "{{.Client.Version}}"], capture_output=True,
+                             text=True).stdout.strip()
+        major = int(out.split(".")[0]) if out[:1].isdigit() else 0
+        if 0 < major < 23 or subprocess.run([client, "buildx", "version"], capture_output=True).returncode == 0:
+            return client
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def docker() -> str:
+    if os.environ.get("TRITONCOURSE_SKIP_CONTAINER") == "1":
+        pytest.skip("TRITONCOURSE_SKIP_CONTAINER=1")
+    client = _docker_client()
+    answers = client and subprocess.run([client, "info"], capture_output=True, timeout=30).returncode == 0
+    if not answers:
+        why = ("no Docker client that builds with BuildKit (Debian: apt-get install docker.io)" if not client
+               else "the Docker engine does not answer")
+        message = f"{why}: `sudo bash tools/docker-engine.sh` installs and starts one"
+        if os.environ.get("CI") and os.getuid() == 0:
+            pytest.fail(message + " (CI's set-up, tools/install-ci-deps.sh, must have run it)", pytrace=False)
+        pytest.skip(message)
+    return client
+
+
+def run(*args: str, timeout: float = 900, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)[:300]} exited {proc.returncode}:\n{proc.stdout[-6000:]}\n"
+                             f"{proc.stderr[-6000:]}")
+    return proc
+
+
+TIMINGS: dict[str, dict] = {}
+
+
+def _record(name: str, **values) -> None:
+    TIMINGS.setdefault(name, {}).update(values)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "images.json").write_text(json.dumps(TIMINGS, indent=2) + "\n")
+
+
+def _image_size_mb(image: str) -> float:
+    return int(run(docker(), "image", "inspect", image, "--format", "{{.Size}}").stdout) / 1e6
+
+
+@pytest.fixture(scope="session")
+def base() -> str:
+    """The CPU base image: the official one where it can be pulled, else one made here."""
+    given = os.environ.get("TRITONCOURSE_BASE_CPU")
+    if given:
+        return given
+    start = time.monotonic()
+    proc = run("bash", str(ROOT / "tools" / "docker-local-base.sh"), BASE_IMAGE, timeout=1200,
+               env=dict(os.environ, DOCKER=docker(), PYTHON=sys.executable))
+    _record("base", image=BASE_IMAGE, seconds=round(time.monotonic() - start, 1),
+            size_mb=round(_image_size_mb(BASE_IMAGE)), log=proc.stdout.strip())
+    return BASE_IMAGE
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def torch_index(tmp_path_factory) -> str:
+    """A PEP 503 index holding torch's CPU wheel, as this machine's pip finds it (its configured index or
+    wheel folder), served on 127.0.0.1 for the builds (they run with --network host)."""
+    given = os.environ.get("TRITONCOURSE_TORCH_INDEX_URL")
+    if given:
+        yield given
+        return
+    folder = tmp_path_factory.mktemp("torch-index")
+    run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "--retries", "1",
+        "--timeout", "20", "--extra-index-url", "https://download.pytorch.org/whl/cpu",
+        "-r", str(ROOT / "requirements" / "torch-cpu.txt"), "-d", str(folder / "torch"), timeout=900)
+    wheels = list((folder / "torch").glob("torch-*+cpu-*.whl"))
+    assert wheels, f"pip found no CPU build of torch: {list((folder / 'torch').iterdir())}"
+    handler = functools.partial(_Quiet, directory=str(folder))
+    try:  # the same address each session keeps the image layers built from it reusable
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", TORCH_INDEX_PORT), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+def build(tag: str, target: str, *build_args: str, dockerfile: Path = DOCKER_DIR / "Dockerfile",
+          context: Path = ROOT, log_name: str | None = None) -> None:
+    args = [a for pair in build_args for a in ("--build-arg", pair)]
+    start = time.monotonic()
+    proc = run(docker(), "build", "--progress=plain", "--network", "host", "-f", str(dockerfile),
+               *(["--target", target] if target else []), *args, "-t", tag, str(context), timeout=1800,
+               check=False, env=dict(os.environ, DOCKER_BUILDKIT="1"))
+    seconds = round(time.monotonic() - start, 1)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / f"build-{log_name or tag.replace(':', '-').replace('/', '-')}.log").write_text(proc.stderr)
+    assert proc.returncode == 0, f"docker build of {tag} failed:\n{proc.stderr[-8000:]}"
+    _record(tag, target=target, seconds=seconds, size_mb=round(_image_size_mb(tag)),
+            build_args=[a for a in build_args if not a.startswith("TORCH_INDEX_URL=http://127.")])
+
+
+def _ids() -> list[str]:
+    return [f"NB_UID={HOST_UID}", f"NB_GID={HOST_GID}"]
+
+
+@pytest.fixture(scope="session")
+def cpu_image(base, torch_index) -> str:
+    build(CPU_IMAGE, "learner", "FLAVOR=cpu", f"BASE_CPU={base}", f"TORCH_INDEX_URL={torch_index}", *_ids())
+    return CPU_IMAGE
+
+
+@pytest.fixture(scope="session")
+def instructor_image(cpu_image, base, torch_index) -> str:
+    build(INSTRUCTOR_IMAGE, "instructor", "FLAVOR=cpu", f"BASE_CPU={base}", f"TORCH_INDEX_URL={torch_index}",
+          *_ids())
+    return INSTRUCTOR_IMAGE
+
+
+# ---- course folders, as mounted at /course ----
+
+def _chown_tree(path: Path) -> None:
+    if os.getuid() == 0:
+        for p in [path, *path.rglob("*")]:
+            os.lchown(p, HOST_UID, HOST_GID)
+
+
+def learner_course(dest: Path, solved: list[str], missing: tuple[str, ...] = ()) -> Path:
+    """A learner's course folder: what `make handout` gives (no source/), the compose file, and notebooks/
+    with the phases in ``solved`` holding the source's solutions (the others as released), except
+    ``missing``, left for `lab` to create. Owned by the host user."""
+    from test_browser import learner_notebook
+
+    dest.mkdir(parents=True)
+    shutil.copytree(ROOT / "release", dest / "release")
+    shutil.copytree(ROOT / "tritoncourse", dest / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(DOCKER_DIR, dest / "docker")
+    (dest / "notebooks").mkdir()
+    shutil.copy2(ROOT / "notebooks" / "nbgrader_config.py", dest / "notebooks")
+    for phase in PHASES:
+        if phase in missing:
+            continue
+        nb = learner_notebook(phase) if phase in solved else nbformat.read(
+            ROOT / "release" / phase / f"{phase}.ipynb", as_version=4)
+        nbformat.write(nb, dest / "notebooks" / f"{phase}.ipynb")
+    _chown_tree(dest)
+    return dest
+
+
+def docker_run(image: str, course: Path, *command: str, opts: tuple[str, ...] = (), timeout: float = 900,
+               check: bool = True) -> subprocess.CompletedProcess:
+    return run(docker(), "run", "--rm", "-v", f"{course}:/course", *opts, image, *command, timeout=timeout,
+               check=check)
+
+
+# ---- the learner's image ----
+
+def test_learner_image_has_the_locks_pins(cpu_image):
+    """The image's environment is requirements/lock.txt with torch-cpu.txt's torch, checked inside."""
+    proc = run(docker(), "run", "--rm", "--entrypoint", "python", cpu_image, "/opt/course/check_pins.py",
+               "/opt/course-requirements")
+    assert "pins OK" in proc.stdout and "+cpu" in proc.stdout, proc.stdout
+
+
+def _image_files(image: str) -> list[str]:
+    container = run(docker(), "create", image).stdout.strip()
+    try:
+        export = subprocess.Popen([docker(), "export", container], stdout=subprocess.PIPE)
+        with tarfile.open(fileobj=export.stdout, mode="r|") as tar:
+            names = [m.name for m in tar]
+        assert export.wait() == 0
+    finally:
+        run(docker(), "rm", container)
+    return names
+
+
+def _course_secrets_in(paths: list[str]) -> list[str]:
+    """Paths that are the course's solutions, hidden tests, gradebook or submissions."""
+    source_files = [p.relative_to(ROOT / "source").as_posix() for p in (ROOT / "source").rglob("*") if p.is_file()]
+    bad = []
+    for path in paths:
+        path = path.lstrip("./")
+        parts = path.split("/")
+        if "site-packages" not in parts and any(
+                name in ("gradebook.db", "submitted", "autograded", "submissions", "feedback") for name in parts):
+            bad.append(path)  # (nbgrader's own documentation has example folders of those names)
+        elif path.startswith("course/") and path != "course/":
+            bad.append(path)  # the course is mounted, never copied in
+        elif any(path.endswith("/" + f) or path == f for f in source_files):
+            bad.append(path)
+    return bad
+
+
+def test_learner_image_and_its_build_context_hold_no_solutions(cpu_image, base, tmp_path):
+    """No file of source/, no gradebook, no submission: in the image's file listing, nor in the build
+    context the Dockerfile's ignore file lets through (sent to a build that copies all of it out)."""
+    files = _image_files(cpu_image)
+    assert len(files) > 10000, f"the image lists only {len(files)} files"
+    assert any(f.endswith("opt/course/check_pins.py") for f in files)
+    bad = _course_secrets_in(files)
+    assert not bad, f"the learner's image holds course files it must not: {bad[:20]}"
+
+    probe = tmp_path / "context.Dockerfile"
+    probe.write_text("FROM scratch\nCOPY . /\n")
+    shutil.copy2(DOCKER_DIR / "Dockerfile.dockerignore", tmp_path / "context.Dockerfile.dockerignore")
+    out = tmp_path / "context"
+    run(docker(), "build", "-q", "-f", str(probe), "-o", f"type=local,dest={out}", str(ROOT),
+        env=dict(os.environ, DOCKER_BUILDKIT="1"))
+    sent = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    copied = sorted({src for src in re.findall(r"^COPY (?:--\S+ )*(.+) \S+$",
+                                               (DOCKER_DIR / "Dockerfile").read_text(), re.M)
+                     for src in src.split()})
+    assert sent == copied, f"the build context holds {sent}; the Dockerfile copies {copied}"
+    assert not _course_secrets_in(sent)
+
+
+def test_course_check_all_passes_in_the_cpu_image(cpu_image, tmp_path):
+    """`docker compose -f docker/compose.yaml run --rm course-cpu check all`: every phase's tests in the image, on notebooks holding the source's solutions;
+    and a phase left as released fails there, so the check is real."""
+    course = learner_course(tmp_path / "course", solved=PHASES)
+    start = time.monotonic()
+    # The README's command (Compose v1 here: `docker-compose` for `docker compose`).
+    compose = [shutil.which("docker-compose") or "docker-compose", "-p", f"tccheck{os.getpid()}",
+               "-f", "docker/compose.yaml", "--profile", "cpu"]
+    try:
+        proc = run(*compose, "run", "--rm", "course-cpu", "check", "all", cwd=course, timeout=1200, check=False)
+    finally:
+        run(*compose, "down", cwd=course, check=False)  # the project's network
+    _record("course check all", seconds=round(time.monotonic() - start, 1))
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert f"phases: {len(PHASES)} passed, 0 failed" in proc.stdout, proc.stdout[-3000:]
+    unsolved = learner_course(tmp_path / "unsolved", solved=[], missing=tuple(PHASES[1:]))
+    proc = docker_run(cpu_image, unsolved, "check", PHASES[0], check=False)
+    assert proc.returncode == 1 and "FAILED" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+# ---- lab-cpu through the compose file, in the browser ----
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ComposeLab:
+    """`docker-compose --profile cpu up -d lab-cpu` in a course folder: the same interface as
+    tests/test_browser.py's JupyterLab (base, token, api, wait_kernel_idle, log)."""
+
+    def __init__(self, course: Path):
+        self.course = course
+        self.port = _free_port()
+        self.project = f"tctest{os.getpid()}"
+        self.env = dict(os.environ, JUPYTER_PORT=str(self.port), HOST_UID=str(HOST_UID), HOST_GID=str(HOST_GID))
+        # The image's own health check, polled every 2 s rather than every 30 s (an override of the timing only).
+        override = course / "docker" / "test-override.yaml"
+        override.write_text("version: '3.8'\nservices:\n  lab-cpu:\n    healthcheck:\n      interval: 2s\n"
+                            "      start_period: 120s\n")
+        self.compose = [shutil.which("docker-compose") or "docker-compose", "-p", self.project,
+                        "-f", "docker/compose.yaml", "-f", "docker/test-override.yaml", "--profile", "cpu"]
+        self.token = ""
+
+    def _compose(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+        # From the course folder, as the README says.
+        return run(*self.compose, *args, cwd=self.course, env=self.env, check=check, timeout=timeout)
+
+    def up(self, timeout: float = 180) -> float:
+        start = time.monotonic()
+        self._compose("up", "-d", "--no-build", "lab-cpu")
+        container = self._compose("ps", "-q", "lab-cpu").stdout.strip()
+        deadline = time.monotonic() + timeout
+        status = ""
+        while time.monotonic() < deadline:
+            status = run(docker(), "inspect", container, "--format", "{{.State.Health.Status}}").stdout.strip()
+            if status == "healthy":
+                break
+            assert status in ("starting", "healthy"), f"lab-cpu is {status}:\n{self.log()}"
+            time.sleep(1)
+        assert status == "healthy", f"lab-cpu was not healthy within {timeout} s ({status}):\n{self.log()}"
+        healthy_after = time.monotonic() - start
+        # The address JupyterLab prints, as the learner opens it.
+        m = re.search(rf"http://127\.0\.0\.1:8888/lab\?token=(\w+)", self.log())
+        assert m, f"JupyterLab printed no address with a token:\n{self.log()}"
+        self.token = m.group(1)
+        return healthy_after
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def api(self, path: str, data: dict | None = None, method: str | None = None):
+        req = urllib.request.Request(f"{self.base}{path}", method=method,
+                                     data=None if data is None else json.dumps(data).encode(),
+                                     headers={"Authorization": f"token {self.token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            body = resp.read()
+            return json.loads(body) if body else None
+
+    def wait_kernel_idle(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = [s["kernel"]["execution_state"] for s in self.api("/api/sessions") if s.get("kernel")]
+            if states and all(state == "idle" for state in states):
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"the kernel was not idle within {timeout:.0f} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self._compose("logs", "--no-color", "lab-cpu", check=False).stdout[-6000:]
+
+    def down(self) -> None:
+        self._compose("down", "--timeout", "20", check=False)
+
+
+def test_lab_cpu_serves_the_course_in_the_browser_and_saves_as_the_host_user(cpu_image, tmp_path):
+    """docker/compose.yaml's lab-cpu: healthy, creates a missing notebook from release/, and in the browser
+    phase 1 runs, its widget redraws, Validate passes; what it saves belongs to the host user."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from test_browser import CHROMIUM, CHROMIUM_ARGS, TEST_SETTINGS, _drive, _requirements_or_fail
+
+    _requirements_or_fail()
+    course = learner_course(tmp_path / "course", solved=[PHASES[0]], missing=(PHASES[-1],))
+    lab = ComposeLab(course)
+    shots = ARTIFACTS / "browser"
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+    try:
+        _record("lab-cpu", healthy_after_s=round(lab.up(), 1))
+        created = course / "notebooks" / f"{PHASES[-1]}.ipynb"
+        assert created.exists(), f"lab did not create {created.name} from release/"
+        for plugin, settings in TEST_SETTINGS.items():  # the browser test's own setting, through the API
+            lab.api(f"/lab/api/settings/{plugin}", {"raw": json.dumps(settings)}, method="PUT")
+        lab.api("/api/contents/saved-by-the-learner.txt",
+                {"type": "file", "format": "text", "content": "mine\n"}, method="PUT")
+        js_errors: list[str] = []
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.on("pageerror", lambda err: js_errors.append(str(err)))
+                page.set_default_timeout(60_000)
+
+                def shot(name: str) -> None:
+                    page.screenshot(path=str(shots / f"{name}.png"))
+
+                try:
+                    _drive(page, lab, shot, expect)
+                except BaseException:
+                    shot("failure")
+                    raise
+            finally:
+                browser.close()
+        assert not js_errors, "JavaScript errors in the page:\n" + "\n".join(js_errors)
+        (shots / "lab-cpu.log").write_text(lab.log())
+    finally:
+        lab.down()
+    # Validate saved the notebook; lab created one; the API saved a file: all the host user's.
+    for path in (course / "notebooks" / f"{PHASES[0]}.ipynb", created, course / "notebooks" /
+                 "saved-by-the-learner.txt"):
+        st = path.stat()
+        assert (st.st_uid, st.st_gid) == (HOST_UID, HOST_GID), \
+            f"{path.name} belongs to {st.st_uid}:{st.st_gid}, not the host user {HOST_UID}:{HOST_GID}"
+    saved = nbformat.read(course / "notebooks" / f"{PHASES[0]}.ipynb", as_version=4)
+    assert any(c.get("outputs") for c in saved.cells if c.cell_type == "code"), "the saved notebook has no outputs"
+
+
+# ---- the instructor's image ----
+
+# The least privilege that lets the grading sandbox (bubblewrap, in a user namespace) run in the container,
+# as docs/CONTAINER.md gives it: no capabilities at all, no new privileges, Docker's default seccomp
+# refusals but for the namespace calls (docker/sandbox-seccomp.json), and /proc unmasked so that bwrap may
+# mount a /proc of its own. `systempaths` is read by the docker client only (Compose v1 and the engine's API
+# refuse it), so grading runs through `docker run`.
+SANDBOX_OPTS = ("--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                "--security-opt", "seccomp=docker/sandbox-seccomp.json", "--security-opt", "systempaths=unconfined")
+
+
+def instructor_run(image: str, course: Path, *command: str, sandbox: bool = True, timeout: float = 1200,
+                   check: bool = True) -> subprocess.CompletedProcess:
+    """`docker run` of the instructor's image on ``course``, from the course folder, as docs/CONTAINER.md."""
+    opts = SANDBOX_OPTS if sandbox else ()
+    return run(docker(), "run", "--rm", "-v", f"{course}:/course", *opts, image, *command, cwd=course,
+               timeout=timeout, check=check)
+
+
+def test_docs_give_the_tested_sandbox_settings():
+    text = (ROOT / "docs" / "CONTAINER.md").read_text()
+    assert " ".join(SANDBOX_OPTS) in " ".join(text.split()), "docs/CONTAINER.md must give SANDBOX_OPTS as tested"
+
+
+def test_bubblewrap_runs_in_the_instructor_container_only_with_the_sandbox_settings(instructor_image, tmp_path):
+    """The grading sandbox's bwrap command inside the instructor's image under SANDBOX_OPTS: a read-only
+    root, its own pids, the learner's uid; the course's sandbox reports itself usable. With Docker's
+    defaults the same command is refused and grading would refuse to run: the settings are needed."""
+    course = _instructor_course(tmp_path / "course")
+    proc = instructor_run(instructor_image, course, "bash", "-c", BWRAP_PROBE, check=False)
+    assert proc.returncode == 0 and "sandbox uid 1000 pid 2" in proc.stdout and "root read-only" in proc.stdout, \
+        proc.stdout + proc.stderr
+    status = "python -c 'from tritoncourse.grading import sandbox; print(sandbox.status())'"
+    proc = instructor_run(instructor_image, course, "bash", "-c", status)
+    assert "grading sandbox: bubblewrap" in proc.stdout and "user namespace" in proc.stdout, proc.stdout
+    plain = instructor_run(instructor_image, course, "bash", "-c", BWRAP_PROBE, sandbox=False, check=False)
+    assert plain.returncode != 0 and "sandbox uid" not in plain.stdout, plain.stdout + plain.stderr
+    plain = instructor_run(instructor_image, course, "bash", "-c", status, sandbox=False)
+    assert "grading sandbox UNAVAILABLE" in plain.stdout, plain.stdout
+
+
+def _instructor_course(dest: Path) -> Path:
+    """An instructor's course folder: source/ of phase 1, the course's nbgrader_config.py, the package,
+    the compose file; released and a class submitted inside the container by the test."""
+    dest.mkdir(parents=True)
+    shutil.copytree(ROOT / "source" / PHASES[0], dest / "source" / PHASES[0])
+    shutil.copy2(ROOT / "nbgrader_config.py", dest)
+    shutil.copytree(ROOT / "tritoncourse", dest / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(DOCKER_DIR, dest / "docker")
+    _chown_tree(dest)
+    return dest
+
+
+# A small class, graded two at a time: a correct learner, and one whose kernel forgets the mask (its stray
+# read crashes the check in the sandbox, and its notebook's kernel dies: it loses only those tests).
+CLASS = {"ada": "correct_pointer_blocks", "bob": "wrong_no_mask"}
+
+
+def test_instructor_image_grades_a_class_sandboxed(instructor_image, tmp_path):
+    """In the instructor's image under SANDBOX_OPTS: release phase 1 with nbgrader, grade a class
+    of two with `python -m tritoncourse grade`, every learner's code in the bubblewrap sandbox, export the
+    grades; each learner gets what the host's grading gives them (tests/submissions' expectations)."""
+    course = _instructor_course(tmp_path / "course")
+
+    def in_container(*command: str) -> subprocess.CompletedProcess:
+        return instructor_run(instructor_image, course, *command)
+
+    start = time.monotonic()
+    in_container("nbgrader", "generate_assignment", PHASES[0], "--log-level=WARN")
+    release = nbformat.read(course / "release" / PHASES[0] / f"{PHASES[0]}.ipynb", as_version=4)
+    source = nbformat.read(course / "source" / PHASES[0] / f"{PHASES[0]}.ipynb", as_version=4)
+    fixtures = {name: Fixture.load(SUBMISSIONS / PHASES[0] / f"{fx}.py") for name, fx in CLASS.items()}
+    for student, fx in fixtures.items():
+        dest = course / "submitted" / student / PHASES[0]
+        dest.mkdir(parents=True)
+        nbformat.write(fx.notebook(release, source), dest / f"{PHASES[0]}.ipynb")
+    _chown_tree(course)
+    graded = in_container("python", "-m", "tritoncourse", "grade", PHASES[0], "--jobs", "2")
+    assert "grading sandbox: bubblewrap" in graded.stdout + graded.stderr, graded.stdout + graded.stderr
+    in_container("python", "-m", "tritoncourse", "export", PHASES[0], "-o", "grades.csv")
+    _record("instructor grades a class of 2", seconds=round(time.monotonic() - start, 1))
+    (ARTIFACTS / "instructor-grade.log").write_text(graded.stdout + graded.stderr)
+
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for student, fx in fixtures.items():
+            nb = gb.find_submission_notebook(PHASES[0], PHASES[0], student)
+            scores = {g.name: (g.score, g.max_score) for g in nb.grades if g.name in graded_test_ids(release)}
+            assert sorted(scores) == sorted(graded_test_ids(release)), f"{student} has scores for {sorted(scores)}"
+            failed = {name for name, (score, top) in scores.items() if score < top}
+            if fx.all_pass:
+                assert not failed, f"{student} ({fx.name}) lost {failed}"
+            else:
+                assert failed and failed >= fx.expect_fail, \
+                    f"{student} ({fx.name}) failed {failed}, expected at least {fx.expect_fail}"
+    grades = (course / "grades.csv").read_text()
+    assert all(student in grades for student in CLASS), grades
+    for path in (course / "gradebook.db", course / "grades.csv"):
+        assert path.stat().st_uid == HOST_UID, f"{path.name} belongs to uid {path.stat().st_uid}"
+
+
+# ---- the GPU flavour, everything but CUDA ----
+
+def test_gpu_flavour_python_layer_builds_on_the_test_base(base, torch_index, tmp_path):
+    """docker/Dockerfile's FLAVOR=gpu on a stand-in for PyTorch's image (the base with torch's CPU build
+    installed system-wide, where PyTorch's image has its CUDA build): gcc, the venv that sees the base's
+    torch, the lock and its pin check, the learner's JupyterLab. CUDA itself cannot be tried here."""
+    stand_in = tmp_path / "gpu-stand-in.Dockerfile"
+    torch_pin = re.search(r"^torch==(\S+)", (ROOT / "requirements" / "torch-cpu.txt").read_text(), re.M).group(1)
+    stand_in.write_text(f"FROM {base}\nARG TORCH_INDEX_URL\n"
+                        f"RUN python -m ensurepip && python -m pip install --no-cache-dir --no-deps "
+                        f"--index-url \"$TORCH_INDEX_URL\" torch=={torch_pin}\n")
+    build(GPU_STAND_IN, "", f"TORCH_INDEX_URL={torch_index}", dockerfile=stand_in, context=tmp_path,
+          log_name="gpu-stand-in")
+    build(GPU_PYTHON_IMAGE, "learner", "FLAVOR=gpu", f"BASE_GPU={GPU_STAND_IN}", *_ids())
+    proc = run(docker(), "run", "--rm", "--entrypoint", "bash", GPU_PYTHON_IMAGE, "-c",
+               "gcc --version | head -1 && python /opt/course/check_pins.py /opt/course-requirements "
+               "&& python -c 'import torch, sys; print(torch.__file__, sys.prefix)'")
+    assert "pins OK" in proc.stdout and "/usr/local/lib/python3.11/site-packages/torch" in proc.stdout \
+        and "/opt/venv" in proc.stdout, proc.stdout
