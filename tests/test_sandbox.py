@@ -595,7 +595,8 @@ def test_hostile_learner_loses_only_its_own_points(hostile, kind, fixture):
     for t in KERNEL_TESTS:
         want = 0 if t in fixture.expect_fail else {"test_vector_add_ragged_sizes": 3, "test_vector_add_fp16": 1}.get(t, 2)
         assert scores[t] == want, (t, scores, outputs[-3000:])
-    assert "HOSTILE-RAN " + fixture.name.removeprefix("hostile_") in outputs, outputs[-3000:]
+    if not (ON_GPU and fixture.name == "hostile_memory_hog"):  # on a GPU the watchdog kills it before it can print
+        assert "HOSTILE-RAN " + fixture.name.removeprefix("hostile_") in outputs, outputs[-3000:]
     assert "UNSANDBOXED" not in outputs and "CONNECTED" not in outputs
     # ../ paths reach only the sandbox's own /tmp (the grader's /tmp is checked in test_nothing_is_left_running...)
     assert not re.search(r"(gradebook\.db|\.ipynb): written", outputs), outputs[-3000:]
