@@ -13,24 +13,24 @@ Every gradebook value must equal the reference's, and no learner may be lost or 
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
-import pwd
 import re
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
 from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, graded_test_ids
+from postgres import Postgres, PostgresMissing, free_port
 
 A = "01_vector_add"
 SEED = "20261125"
@@ -40,74 +40,12 @@ FAULT_CLASS = 5
 
 # ------------------------------------------------------------------------------------------ PostgreSQL
 
-def _pg_bin(name: str) -> str | None:
-    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), key=lambda p: int(p.parts[-3]))
-    return str(found[-1]) if found else shutil.which(name)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Postgres:
-    """A PostgreSQL server of its own: a data folder in /tmp, loopback only, a password for the course's user."""
-
-    folder: Path
-    port: int
-    password: str = "grader-secret"
-    user: str = "grader"
-    databases: list[str] = field(default_factory=list)
-
-    @property
-    def as_server_user(self) -> list[str]:
-        # PostgreSQL refuses to run as root: as root (CI here), run it as Debian's `postgres` user.
-        return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-
-    def url(self, database: str) -> str:
-        return f"postgresql+psycopg://{self.user}:{self.password}@127.0.0.1:{self.port}/{database}"
-
-    def create_database(self, name: str) -> str:
-        import psycopg
-
-        with psycopg.connect(host="127.0.0.1", port=self.port, user=self.user, password=self.password,
-                             dbname="postgres", autocommit=True) as con:
-            con.execute(f'CREATE DATABASE "{name}"')
-        self.databases.append(name)
-        return self.url(name)
-
-    @classmethod
-    def start(cls) -> "Postgres":
-        initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-        if not initdb or not pg_ctl:
-            pytest.fail("PostgreSQL's server is not installed: run tools/install-ci-deps.sh (Debian's postgresql)")
-        folder = Path(tempfile.mkdtemp(prefix="tritoncourse-pg-"))
-        server = cls(folder, _free_port())
-        (folder / "pw").write_text(server.password)
-        if os.geteuid() == 0:
-            pg = pwd.getpwnam("postgres")
-            for p in (folder, folder / "pw"):
-                os.chown(p, pg.pw_uid, pg.pw_gid)
-        run = dict(capture_output=True, text=True, timeout=120)
-        r = subprocess.run([*server.as_server_user, initdb, "-D", str(folder / "data"), "-U", server.user,
-                            f"--pwfile={folder / 'pw'}", "--auth=scram-sha-256", "-E", "UTF8", "--no-sync"], **run)
-        assert r.returncode == 0, r.stdout + r.stderr
-        r = subprocess.run([*server.as_server_user, pg_ctl, "-D", str(folder / "data"), "-l", str(folder / "log"),
-                            "-w", "-o", f"-h 127.0.0.1 -p {server.port} -k {folder} -F", "start"], **run)
-        assert r.returncode == 0, r.stdout + r.stderr + (folder / "log").read_text(errors="replace")
-        return server
-
-    def stop(self) -> None:
-        subprocess.run([*self.as_server_user, _pg_bin("pg_ctl"), "-D", str(self.folder / "data"), "-m", "immediate",
-                        "stop"], capture_output=True, timeout=60)
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def postgres():
-    server = Postgres.start()
+    try:
+        server = Postgres.start()
+    except PostgresMissing as err:
+        pytest.fail(str(err))
     yield server
     server.stop()
 
@@ -130,8 +68,9 @@ def class_fixtures() -> list[Fixture]:
     return chosen
 
 
-def _new_course(path: Path, db_url: str | None = None) -> Course:
-    """A course folder with the frozen package; its gradebook created by nbgrader (on ``db_url`` if given)."""
+def _new_course(path: Path, db_url: str | None = None, learners: int = CLASS_SIZE) -> Course:
+    """A course folder with the frozen package and the class's first ``learners`` submissions; its gradebook
+    created by nbgrader (on ``db_url`` if given)."""
     path.mkdir(parents=True)
     shutil.copy2(ROOT / "nbgrader_config.py", path / "nbgrader_config.py")
     shutil.copytree(ROOT / "source" / A, path / "source" / A)
@@ -143,7 +82,7 @@ def _new_course(path: Path, db_url: str | None = None) -> Course:
     c = Course.__new__(Course)
     c.path = path
     release, source = c.release_notebook(A), c.source_notebook(A)
-    for fx in class_fixtures():
+    for fx in class_fixtures()[:learners]:
         c.submit(fx.name, A, fx.notebook(release, source))
     return c
 
@@ -258,6 +197,44 @@ class Output:
     @property
     def text(self) -> str:
         return "".join(self.lines)
+
+
+# ------------------------------------------------------------------------------------------ fast checks
+
+def test_the_gradebook_url_comes_from_the_course_configuration(tmp_path, monkeypatch):
+    """SQLite in the course folder by default; TRITONCOURSE_DB_URL, or a URL written in nbgrader_config.py,
+    otherwise: the same that nbgrader reads."""
+    from tritoncourse.classroom.gradebook import describe
+    from tritoncourse.classroom.workflow import Course as RealCourse
+
+    shutil.copy2(ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    monkeypatch.delenv("TRITONCOURSE_DB_URL", raising=False)
+    assert RealCourse(tmp_path).db_url == f"sqlite:///{tmp_path / 'gradebook.db'}"
+    url = "postgresql+psycopg://grader:s3cret@db.example.edu:5432/triton_kernels"
+    monkeypatch.setenv("TRITONCOURSE_DB_URL", url)
+    assert RealCourse(tmp_path).db_url == url
+    assert "s3cret" not in describe(url) and "db.example.edu" in describe(url)
+    monkeypatch.delenv("TRITONCOURSE_DB_URL")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.db_url = {url!r}\n")
+    assert RealCourse(other).db_url == url
+
+
+def test_gpu_workers_of_one_machine_each_see_one_gpu():
+    from tritoncourse.classroom.distributed import local_gpu_cluster_spec
+
+    spec = local_gpu_cluster_spec(["0", "3"])
+    assert [w["options"]["env"]["CUDA_VISIBLE_DEVICES"] for w in spec.values()] == ["0", "3"]
+    assert all(w["options"]["resources"] == {"GPU": 1} and w["options"]["nthreads"] == 1 for w in spec.values())
+
+
+def test_a_worker_with_other_grading_code_refuses_the_task():
+    """A worker whose course package differs would grade differently, silently: it refuses, naming both."""
+    from tritoncourse.classroom.distributed import code_fingerprint, grade_on_worker
+
+    with pytest.raises(RuntimeError, match=f"other grading code.*{code_fingerprint()}.*0123456789abcdef"):
+        grade_on_worker({"fingerprint": "0123456789abcdef", "assignment": A, "student": "x"})
 
 
 # ------------------------------------------------------------------------------------------ the three gradings
@@ -401,3 +378,131 @@ def test_a_learner_copy_of_the_gradebook_holds_that_learner_alone(dask_pg, tmp_p
     assert rows == {(A, "wrong_no_mask"): gradebook_rows(dask_pg.url)[(A, "wrong_no_mask")]}
     assert row_counts(f"sqlite:///{copy}")["student"] == 1
     assert copy.stat().st_size < template.stat().st_size
+
+
+# ------------------------------------------------------------------------------------------ every fault at once
+
+class DaskProcesses:
+    """A scheduler and workers as separate processes (what `dask scheduler` / `dask worker` run on a cluster),
+    each in a folder of its own; workers without a nanny, so that a killed one never comes back."""
+
+    def __init__(self, folder: Path, env: dict):
+        self.folder, self.env, self.port = folder, env, free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+        where = self.folder / name
+        where.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen([str(BIN / "dask"), *args], cwd=where, env=self.env, stdout=subprocess.DEVNULL,
+                                stderr=open(where / "log", "ab"))
+        self.procs[name] = proc
+        return proc
+
+    def scheduler(self, name: str) -> subprocess.Popen:
+        proc = self._start(name, ["scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return proc
+            time.sleep(0.2)
+        raise AssertionError((self.folder / name / "log").read_text())
+
+    def worker(self, name: str) -> subprocess.Popen:
+        return self._start(name, ["worker", self.address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                                  "--name", name, "--local-directory", str(self.folder / name)])
+
+    def wait_workers(self, n: int) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout=30, set_as_default=False) as client:
+            client.wait_for_workers(n, timeout=120)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@dataclass
+class FaultRun:
+    course: Course
+    first: str
+    second: str
+    returncode: int
+    lingering: list[int]
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory) -> FaultRun:
+    """`grade --scheduler`: worker "a" killed mid-grading (never back); the scheduler killed after the first
+    learner and started again with a new worker "c"; the coordinator killed after its next learner, then run
+    again."""
+    base = tmp_path_factory.mktemp("faults")
+    c = _new_course(base / "course", learners=FAULT_CLASS)
+    env = _env(c.path)
+    dask = DaskProcesses(base / "dask", env)
+    flags = ["--scheduler", dask.address, "--reconnect-wait", "120", "--worker-wait", "300"]
+    killed_gradings = []
+    try:
+        dask.scheduler("scheduler1")
+        dask.worker("a")
+        dask.worker("b")
+        dask.wait_workers(2)
+        first = subprocess.Popen(grade_cmd(c, *flags), cwd=c.path, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+        out = Output(first)
+        # 1. worker "a" killed in the middle of a grading; it never comes back
+        deadline, victim = time.monotonic() + 300, None
+        while victim is None and time.monotonic() < deadline:
+            running = [g for g in gradings(descendants(dask.procs["a"].pid)) if time.time() - g.create_time() > 3]
+            victim = running[0] if running else None
+            time.sleep(0.2)
+        assert victim is not None, out.text
+        killed_gradings.append(victim.pid)
+        dask.procs["a"].kill()
+        # 2. the scheduler killed once a learner is merged, then started again (with worker "c"; worker "b" shuts
+        #    itself down when its scheduler goes, as Dask workers do, and its grading goes with it)
+        out.wait_for(r"^\[1/")
+        killed_gradings += [g.pid for g in gradings(descendants(dask.procs["b"].pid))]
+        dask.procs["scheduler1"].kill()
+        out.wait_for("lost the connection to the scheduler")
+        dask.scheduler("scheduler2")
+        dask.worker("c")
+        back = out.wait_for("connected to the scheduler at .* again", timeout=300)
+        # 3. the coordinator killed (SIGKILL: no chance to tidy up) after its next learner, then run again
+        out.wait_for(r"^\[\d+/", start=back)
+        first.kill()
+        first.wait()
+        second = subprocess.run(grade_cmd(c, *flags), cwd=c.path, env=env, capture_output=True, text=True,
+                                timeout=1800)
+        lingering = [p for p in killed_gradings if psutil.pid_exists(p)
+                     and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    finally:
+        dask.close()
+    return FaultRun(c, out.text, second.stdout + second.stderr, second.returncode, lingering)
+
+
+@pytest.mark.slow
+def test_every_fault_at_once_still_grades_each_learner_exactly_once(faults, serial):
+    """A worker killed for good, the scheduler lost and restarted, the coordinator killed and rerun: are all
+    learners graded, once, with plain serial nbgrader's grades?"""
+    f = faults
+    assert f.returncode == 0, f.first[-4000:] + "\n----\n" + f.second[-4000:]
+    assert not f.lingering, f"gradings outlived their killed worker: {f.lingering}"
+    m = re.search(r"(\d+) notebook\(s\) to grade, (\d+) already done", f.second)
+    assert m and int(m.group(2)) >= 2 and int(m.group(1)) >= 1, f.second  # the rerun did only what was left
+    names = [fx.name for fx in class_fixtures()[:FAULT_CLASS]]
+    entries = state(f.course)
+    assert sorted(k for k in entries) == sorted(f"{A}/{n}" for n in names)
+    assert all(entries[f"{A}/{n}"]["status"] == "graded" for n in names), entries
+    assert not list((f.course.path / "autograded").glob(f"*/.{A}.*")), "a half-moved autograded folder"
+    rows = gradebook_rows(sqlite_url(f.course))
+    reference = gradebook_rows(sqlite_url(serial))
+    assert rows == {k: reference[k] for k in rows} and len(rows) == FAULT_CLASS, \
+        {k: (rows[k], reference[k]) for k in rows if rows[k] != reference[k]}
+    counts = row_counts(sqlite_url(f.course))
+    assert counts["submitted_assignment"] == counts["student"] == FAULT_CLASS, counts
+    assert counts["grade"] == FAULT_CLASS * len(graded_test_ids(serial.source_notebook(A))) + FAULT_CLASS * \
+        (row_counts(sqlite_url(serial))["grade"] // CLASS_SIZE - len(graded_test_ids(serial.source_notebook(A))))

@@ -164,6 +164,8 @@ def grade_on_worker(bundle: dict) -> dict:
             cmd = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
         env = _nbgrader_env()
         env.pop("PYTHONHASHSEED", None)  # the nanny sets one for its workers; the local grading has none
+        for name in SHIPPED_ENV:  # the coordinator's, not the worker's
+            env.pop(name, None)
         env.update(bundle["env"])
         log = tmp / "autograde.log"
         start = time.monotonic()
@@ -222,7 +224,8 @@ class _Pending:
     future: object = None  # the Dask future
     done: bool = False
     submitted: int = 0  # how often it was submitted (connection losses resubmit)
-    coordinator_seconds: float = 0.0  # packing it and unpacking its result, here
+    pack_seconds: float = 0.0  # packing its bytes, here (the grading loop's thread)
+    unpack_seconds: float = 0.0  # laying out its result, here (Dask's callback thread)
 
 
 def visible_gpus() -> list[str]:
@@ -279,7 +282,8 @@ class DaskExecutor:
         self._config = b""
         self.per_worker: Counter = Counter()
         self.merge_seconds: list[float] = []  # per result: merging into the gradebook and recording it
-        self.ship_seconds: list[float] = []  # per task: packing its bytes and unpacking its result
+        self.pack_seconds: list[float] = []  # per task: packing its bytes (the learner's gradebook copy included)
+        self.unpack_seconds: list[float] = []  # per task: laying out its result in the work folder
         self.reconnects = 0
         self.resubmitted = 0
 
@@ -400,7 +404,7 @@ class DaskExecutor:
         start = time.perf_counter()
         p = _Pending(task, self.bundle(task, template), LocalFuture())
         self._send(p)
-        p.coordinator_seconds += time.perf_counter() - start
+        p.pack_seconds += time.perf_counter() - start
         return p.result
 
     def _send(self, p: _Pending) -> None:
@@ -424,7 +428,7 @@ class DaskExecutor:
                 payload = fut.result()
                 start = time.perf_counter()
                 result = self.unpack(p.task, payload)
-                p.coordinator_seconds += time.perf_counter() - start
+                p.unpack_seconds += time.perf_counter() - start
             elif status == "cancelled":  # the connection to the scheduler was lost: send it again once back
                 with self._lock:
                     self._resubmit.append(p)
@@ -449,7 +453,8 @@ class DaskExecutor:
             p.done = True
             self._pending.pop(p.bundle["key"], None)
             p.future = None
-            self.ship_seconds.append(p.coordinator_seconds)
+            self.pack_seconds.append(p.pack_seconds)
+            self.unpack_seconds.append(p.unpack_seconds)
             if result.worker:
                 self.per_worker[result.worker] += 1
         p.result.set_result(result)
@@ -561,10 +566,12 @@ class DaskExecutor:
     def report(self, say) -> None:
         if self.per_worker:
             say("Graded per worker: " + ", ".join(f"{w} {n}" for w, n in sorted(self.per_worker.items())))
-        if self.merge_seconds and self.ship_seconds:
-            merge = sum(self.merge_seconds) / len(self.merge_seconds)
-            ship = sum(self.ship_seconds) / len(self.ship_seconds)
-            say(f"Coordinator: {1000 * (merge + ship):.0f} ms per notebook ({1000 * ship:.0f} ms packing and "
-                f"unpacking, {1000 * merge:.0f} ms merging and recording)"
+        if self.merge_seconds and self.pack_seconds:
+            def ms(values):
+                return 1000 * sum(values) / len(values)
+
+            pack, unpack, merge = ms(self.pack_seconds), ms(self.unpack_seconds), ms(self.merge_seconds)
+            say(f"Coordinator: {pack + unpack + merge:.0f} ms per notebook (packing {pack:.0f} ms, unpacking "
+                f"{unpack:.0f} ms, merging and recording {merge:.0f} ms)"
                 + (f"; {self.resubmitted} task(s) sent again after {self.reconnects} reconnection(s)"
                    if self.resubmitted or self.reconnects else ""))

@@ -115,6 +115,8 @@ def snapshot(url: str, dest: Path) -> Path:
     target = create_engine(f"sqlite:///{dest}")
     try:
         with source.connect().execution_options(isolation_level="REPEATABLE READ") as src, target.begin() as dst:
+            for table in reversed(Base.metadata.sorted_tables):  # what Gradebook() put in (a default course)
+                dst.execute(table.delete())
             for table in Base.metadata.sorted_tables:  # parents before children
                 rows = [dict(r) for r in src.execute(select(table)).mappings()]
                 if rows:
