@@ -100,6 +100,7 @@ def grade(course: Path, e: dict, flags: list[str]) -> dict:
         out["per_worker"] = m.group(1)
     started = re.search(r"^Dask: scheduler .*$", proc.stdout, re.M)
     out["dask"] = started.group(0) if started else ""
+    out["output"] = proc.stdout.splitlines()[-(len(state) + 6):]
     return out
 
 

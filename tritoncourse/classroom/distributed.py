@@ -62,8 +62,9 @@ CLUSTERS = {  # --cluster NAME -> the class that starts it (configured by Dask's
 }
 INSTALL = {"dask_jobqueue": "pip install dask-jobqueue", "dask_kubernetes": "pip install dask-kubernetes"}
 LOG_LIMIT = 4 << 20  # bytes of a worker's nbgrader log sent back (the end of it)
-# Environment variables of the coordinator that a task takes to its worker: the seed that reproduces a grading.
-SHIPPED_ENV = ("TRITONCOURSE_SEED",)
+# Environment variables of the coordinator that a task takes to its worker: the seed that reproduces a grading,
+# and the instructor's explicit opt-out of the grading sandbox (grade --unsandboxed-learners-can-forge-grades).
+SHIPPED_ENV = ("TRITONCOURSE_SEED", "TRITONCOURSE_UNSANDBOXED_GRADING")
 
 
 # ------------------------------------------------------------------------------------------ what a worker runs
@@ -149,6 +150,12 @@ def grade_on_worker(bundle: dict) -> dict:
         raise RuntimeError(f"worker {label} runs other grading code (tritoncourse/nbgrader fingerprint "
                            f"{code_fingerprint()}, the coordinator's {bundle['fingerprint']}): install the "
                            "course's version there (same commit, same requirements/lock.txt)")
+    from ..grading import sandbox
+
+    try:  # as on the coordinator: learners' code runs sandboxed, or the instructor opted out loudly
+        sandbox.require(dict(os.environ, **bundle.get("env", {})))
+    except sandbox.SandboxUnavailable as err:
+        raise RuntimeError(f"worker {label} cannot sandbox learners' code: {err}") from None
     key = bundle["key"]
     with tempfile.TemporaryDirectory(prefix=f"tritoncourse-{bundle['assignment']}__{bundle['student']}-") as tmp:
         tmp = Path(tmp)
