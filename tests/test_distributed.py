@@ -204,7 +204,7 @@ class Output:
 def test_the_gradebook_url_comes_from_the_course_configuration(tmp_path, monkeypatch):
     """SQLite in the course folder by default; TRITONCOURSE_DB_URL, or a URL written in nbgrader_config.py,
     otherwise: the same that nbgrader reads."""
-    from tritoncourse.classroom.gradebook import describe
+    from tritoncourse.classroom.database import describe
     from tritoncourse.classroom.workflow import Course as RealCourse
 
     shutil.copy2(ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
@@ -368,7 +368,7 @@ def test_export_and_feedback_work_the_same_on_postgresql_and_sqlite(dask_pg, ser
 @pytest.mark.slow
 def test_a_learner_copy_of_the_gradebook_holds_that_learner_alone(dask_pg, tmp_path):
     """What a Dask task carries: the assignment and one learner's rows, with the values of the real gradebook."""
-    from tritoncourse.classroom.gradebook import learner_copy, snapshot
+    from tritoncourse.classroom.database import learner_copy, snapshot
 
     template = snapshot(dask_pg.url, tmp_path / "snapshot.db")  # PostgreSQL -> SQLite, through nbgrader's models
     assert gradebook_rows(f"sqlite:///{template}") == gradebook_rows(dask_pg.url)

@@ -10,7 +10,7 @@ this machine, by plain ``nbgrader autograde ASSIGNMENT --student NAME`` in a pri
 this course's configuration (so the grading sandbox, ``grading/sandbox.py``, applies on the worker as here).
 No shared file system is assumed: the task carries the bytes of everything that private copy needs (the
 course's ``nbgrader_config.py``, the assignment's non-notebook files from ``source/``, the learner's submitted
-files and a SQLite gradebook cut down to that learner's rows of that assignment, ``gradebook.learner_copy``);
+files and a SQLite gradebook cut down to that learner's rows of that assignment, ``database.learner_copy``);
 the worker grades in a temporary folder and sends back the autograded files, the private gradebook and the
 log. This process (the coordinator) alone writes the real gradebook, through the same :meth:`Grader.merge`
 as local grading, one learner at a time, and records each learner in ``state.json`` only after merging.
@@ -47,7 +47,7 @@ from concurrent.futures import Future as LocalFuture
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gradebook import learner_copy
+from .database import learner_copy
 from .workflow import WORKER_CONFIG, GradingStopped, RunResult, Task, _kill_tree, _nbgrader_env
 
 PACKAGE = Path(__file__).resolve().parent.parent  # tritoncourse/

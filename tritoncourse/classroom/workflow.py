@@ -43,7 +43,7 @@ from pathlib import Path
 import nbformat
 
 from ..notebooks import STUDENT_RE, CourseError, nbgrader_ids, read_notebook, valid_student  # noqa: F401
-from .gradebook import db_url_of, query, snapshot
+from .database import db_url_of, query, snapshot
 from .secrets import GENERIC, SECRET_MARKERS, normal, split_hidden, split_regions
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -103,7 +103,7 @@ class Course:
     @property
     def db_url(self) -> str:
         """The gradebook's URL, as nbgrader reads it from this course's configuration (SQLite or PostgreSQL:
-        gradebook.py)."""
+        database.py)."""
         if self._db_url is None:
             self._db_url = db_url_of(self.root)
         return self._db_url
