@@ -171,8 +171,9 @@ def main() -> int:
     out = ROOT / "results" / f"distributed-{kind}.json"
     with tempfile.TemporaryDirectory(prefix="tc-dask-speed-") as tmp:
         tmp = Path(tmp)
+        gpu = ["--gpu"] if kind == "gpu" else []  # on a GPU machine: one worker per GPU (1, then 2)
         runs = [("local1", ["--jobs", "1"])] * (not args.no_local) + [
-            ("dask1", ["--cluster", "local", "--jobs", "1"]), ("dask2", ["--cluster", "local", "--jobs", "2"])]
+            ("dask1", ["--cluster", "local", "--jobs", "1", *gpu]), ("dask2", ["--cluster", "local", "--jobs", "2", *gpu])]
         for key, flags in runs:
             course, e = make_course(tmp, key, args.learners)
             r["runs"][key] = grade(course, e, flags)
@@ -188,7 +189,7 @@ def main() -> int:
                 try:
                     course, e = make_course(tmp, "dask2_postgres", args.learners,
                                             server.create_database("speed"))
-                    r["runs"]["dask2_postgres"] = grade(course, e, ["--cluster", "local", "--jobs", "2"])
+                    r["runs"]["dask2_postgres"] = grade(course, e, ["--cluster", "local", "--jobs", "2", *gpu])
                     print("dask2_postgres", json.dumps(r["runs"]["dask2_postgres"]), flush=True)
                 finally:
                     server.stop()
