@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 
@@ -109,6 +110,9 @@ def snapshot(url: str, dest: Path) -> Path:
     from sqlalchemy import create_engine, insert, select, text
 
     warnings.filterwarnings("ignore", module="nbgrader.api")
+    bindir = str(Path(sys.executable).parent)  # nbgrader runs `alembic` as a command: this Python's first
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     with Gradebook(f"sqlite:///{dest}"):  # nbgrader's tables and its alembic version
         pass
     source = create_engine(url)
