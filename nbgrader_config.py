@@ -26,7 +26,10 @@ c = get_config()  # noqa: F821
 
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = "triton-kernels"
-c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db")
+# The gradebook: SQLite in the course directory, or the database TRITONCOURSE_DB_URL names, e.g. PostgreSQL:
+# postgresql+psycopg://grader@db.example.edu/triton_kernels (docs/INSTRUCTORS.md, "The gradebook on PostgreSQL").
+c.CourseDirectory.db_url = (os.environ.get("TRITONCOURSE_DB_URL")
+                            or "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db"))
 
 # Grading sandbox (tritoncourse/grading/sandbox.py, docs/INSTRUCTORS.md "Threat model"): the notebook's kernel and
 # every checking process run inside bubblewrap; without it autograde refuses to grade (sudo apt-get install -y

@@ -4,6 +4,7 @@
 #   chromium          Debian's headless browser for tests/test_browser.py
 #   docker-compose    Debian's 1.29, validates docker/compose.yaml with no Docker engine
 #   fonts-dejavu-core fonts for the browser's screenshots
+#   postgresql        Debian's PostgreSQL server for tests/test_distributed.py (started by the test itself)
 # As root (CI, a fresh machine) it installs what is missing with apt-get; as another user it installs nothing and
 # names the one command to run. Installs only what is missing: running it again costs a fraction of a second.
 set -euo pipefail
@@ -14,6 +15,9 @@ command -v prlimit >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1 || pack
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 command -v docker-compose >/dev/null 2>&1 || packages+=(docker-compose)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || packages+=(fonts-dejavu-core)
+# -- issue 21: PostgreSQL's server, which tests/test_distributed.py starts for a gradebook on PostgreSQL --
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || packages+=(postgresql)
+# -- end of issue 21 --
 
 if [ ${#packages[@]} -eq 0 ]; then
     exit 0

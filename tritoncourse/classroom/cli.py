@@ -2,6 +2,7 @@
 
     python -m tritoncourse collect 01_vector_add DIR             # DIR/NAME__01_vector_add.ipynb -> submitted/
     python -m tritoncourse grade [ASSIGNMENT ...] [--jobs N]     # everyone, sandboxed, restartable
+    python -m tritoncourse grade --cluster local|slurm|... / --scheduler ADDRESS   # the same on Dask
     python -m tritoncourse export [-o grades.csv]                # grades with a column per test
     python -m tritoncourse feedback 01_vector_add                # feedback/ without hidden tests
     python -m tritoncourse solutions 01_vector_add               # after the deadline: solution/
@@ -58,6 +59,21 @@ def add_commands(sub) -> None:
                    "read the hidden tests and rewrite grades); for machines where it cannot be installed")
     p.add_argument("--nbgrader", action="append", default=[], metavar="=--FLAG",
                    help="extra flag for nbgrader autograde, e.g. --nbgrader=--ExecutePreprocessor.startup_timeout=120")
+    dask = p.add_argument_group("on a Dask cluster (docs/INSTRUCTORS.md, 'Grading on a cluster')")
+    where = dask.add_mutually_exclusive_group()
+    where.add_argument("--cluster", choices=["local", "slurm", "pbs", "sge", "lsf", "htcondor", "kubernetes"],
+                       help="start a Dask cluster of --jobs workers: local (worker processes on this machine), "
+                       "a batch queue (dask-jobqueue) or Kubernetes (dask-kubernetes), set up by Dask's configuration")
+    where.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler (tcp://host:8786, or "
+                       "its scheduler file)")
+    dask.add_argument("--gpu", action="store_true", help="each grading takes one GPU: workers advertise "
+                      "--resources GPU=1 (--cluster local: one worker per GPU of this machine)")
+    dask.add_argument("--test-workers", type=int, help="kernel-test processes per grading (default: the "
+                      "worker's cores divided by the gradings it runs at once)")
+    dask.add_argument("--worker-wait", type=float, default=3600.0,
+                      help="seconds without any worker before grading stops (default 3600)")
+    dask.add_argument("--reconnect-wait", type=float, default=600.0,
+                      help="seconds without the scheduler before grading stops (default 600)")
 
     p = sub.add_parser("export", help="grades as CSV, one column per test")
     course_option(p)
@@ -88,8 +104,8 @@ def _course_root(given: Path | None) -> Path:
 
 
 def run_command(args) -> int:
-    from .workflow import Course, CourseError, Grader, collect, export_csv, make_handout, make_solutions, \
-        print_collected
+    from .workflow import Course, CourseError, Grader, GradingStopped, collect, export_csv, make_handout, \
+        make_solutions, print_collected
 
     course = Course(_course_root(args.course))
     try:
@@ -115,6 +131,16 @@ def run_command(args) -> int:
             if args.cell_timeout:
                 extra.append(f"--ResilientExecute.timeout={args.cell_timeout:g}")
             grader = Grader(course, jobs=args.jobs, notebook_timeout=args.notebook_timeout, nbgrader_args=extra)
+            if args.cluster or args.scheduler:
+                from .distributed import ClusterOptions, DaskExecutor
+
+                test_workers = args.test_workers or (grader.test_workers if args.cluster == "local" else None)
+                grader.executor = DaskExecutor(grader, ClusterOptions(
+                    cluster=args.cluster, scheduler=args.scheduler, workers=args.jobs, gpu=args.gpu,
+                    test_workers=test_workers, worker_wait=args.worker_wait, reconnect_wait=args.reconnect_wait))
+            elif args.gpu or args.test_workers:
+                print("--gpu and --test-workers go with --cluster or --scheduler.")
+                return 2
             return grader.grade(args.assignments or None, args.students, force=args.force,
                                 retry_failed=args.retry_failed)
         if args.command == "export":
@@ -130,4 +156,7 @@ def run_command(args) -> int:
     except CourseError as err:
         print(err)
         return 2
+    except GradingStopped as err:
+        print(f"Stopped: {err}")
+        return 3
     raise AssertionError(args.command)

@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -44,6 +43,7 @@ from pathlib import Path
 import nbformat
 
 from ..notebooks import STUDENT_RE, CourseError, nbgrader_ids, read_notebook, valid_student  # noqa: F401
+from .database import db_url_of, query, snapshot
 from .secrets import GENERIC, SECRET_MARKERS, normal, split_hidden, split_regions
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -96,20 +96,29 @@ class Course:
         self.autograded = self.root / "autograded"
         self.feedback = self.root / "feedback"
         self.db_path = self.root / "gradebook.db"
-        self.db_url = f"sqlite:///{self.db_path}"
         self.course_id = "triton-kernels"
         self.state_dir = self.autograded / ".classroom"
+        self._db_url: str | None = None
+
+    @property
+    def db_url(self) -> str:
+        """The gradebook's URL, as nbgrader reads it from this course's configuration (SQLite or PostgreSQL:
+        database.py)."""
+        if self._db_url is None:
+            self._db_url = db_url_of(self.root)
+        return self._db_url
+
+    @db_url.setter
+    def db_url(self, url: str) -> None:
+        self._db_url = url
 
     # ---- assignments
     def released_assignments(self) -> dict[str, list[str]]:
         """assignment -> its notebooks, as the gradebook knows them (``nbgrader generate_assignment``)."""
-        if not self.db_path.exists():
-            return {}
-        with sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True) as con:
-            rows = con.execute("SELECT assignment.name, notebook.name FROM notebook "
-                               "JOIN assignment ON notebook.assignment_id = assignment.id").fetchall()
+        rows = query(self.db_url, "SELECT assignment.name, notebook.name FROM notebook "
+                                  "JOIN assignment ON notebook.assignment_id = assignment.id")
         out: dict[str, list[str]] = {}
-        for a, nb in rows:
+        for a, nb in rows or []:
             out.setdefault(a, []).append(nb)
         return {a: sorted(nbs) for a, nbs in sorted(out.items())}
 
@@ -137,10 +146,7 @@ class Course:
 
     # ---- learners
     def roster(self) -> list[str]:
-        if not self.db_path.exists():
-            return []
-        with sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True) as con:
-            return sorted(r[0] for r in con.execute("SELECT id FROM student"))
+        return sorted(r[0] for r in query(self.db_url, "SELECT id FROM student") or [])
 
     def submitters(self, assignment: str) -> list[str]:
         if not self.submitted.exists():
@@ -314,6 +320,7 @@ class RunResult:
     reason: str = ""
     work: Path | None = None
     log: Path | None = None
+    worker: str = ""  # where it was graded, when not on this machine (a Dask worker)
 
 
 def prepare(course: Course, assignment: str, student: str, notebooks: list[str]) -> Task:
@@ -453,13 +460,64 @@ def verdicts_of(nb_path: Path) -> dict[str, dict]:
     return out
 
 
+class GradingStopped(Exception):
+    """Grading cannot go on (its cluster is gone for good): it stops as on Ctrl-C, and a rerun goes on."""
+
+
+class LocalExecutor:
+    """Where private gradings run by default: ``jobs`` threads of this process, each running
+    :meth:`Grader.run_one` (a private ``nbgrader autograde`` on this machine).
+
+    The seam for other executors (``distributed.DaskExecutor``): ``submit`` returns a ``concurrent.futures.Future``
+    of a :class:`RunResult` whose private course lies in the grader's work folder, ready for :meth:`Grader.merge`,
+    which only the grading process calls."""
+
+    poll_seconds: float | None = None  # how often the grading loop calls check() while it waits
+
+    def __init__(self, grader: "Grader"):
+        self.grader = grader
+        self._pool: ThreadPoolExecutor | None = None
+
+    def describe(self) -> str:
+        return f"{self.grader.jobs} at a time ({self.grader.test_workers} test process(es) each)"
+
+    def slots(self, busy: bool = False) -> int:
+        """Gradings in flight at once (``busy``: those that can run right now, for the time left)."""
+        return self.grader.jobs
+
+    def __enter__(self):
+        self._pool = ThreadPoolExecutor(self.grader.jobs)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=True)
+
+    def submit(self, task: Task, template: Path):
+        return self._pool.submit(self.grader.run_one, task, template)
+
+    def check(self) -> None:
+        pass
+
+    def merged(self, seconds: float) -> None:
+        """A result was merged and recorded in ``seconds`` (the coordinator's own work)."""
+
+    def stop(self) -> None:
+        self.grader.stop()
+
+    def report(self, say) -> None:
+        pass
+
+
 class Grader:
     """Grades learners in private course copies, merging each result into the real gradebook serially."""
 
     def __init__(self, course: Course, *, jobs: int = 1, test_workers: int | None = None,
                  notebook_timeout: float = 1800.0, nbgrader_args: list[str] | None = None,
-                 out=sys.stdout):
+                 out=sys.stdout, executor=None):
         self.course = course
+        # Where the private gradings run: None, threads on this machine (LocalExecutor); or a Dask cluster
+        # (distributed.DaskExecutor). Either way this process alone merges results into the gradebook.
+        self.executor = executor
         self.jobs = max(1, jobs)
         self.test_workers = test_workers or max(1, (os.cpu_count() or 1) // self.jobs)
         self.notebook_timeout = notebook_timeout
@@ -502,16 +560,7 @@ class Grader:
     def _snapshot(self) -> Path:
         """A consistent copy of the real gradebook: every private run starts from it."""
         self.work_root.mkdir(parents=True, exist_ok=True)
-        template = self.work_root / "gradebook.template.db"
-        with contextlib.suppress(FileNotFoundError):
-            template.unlink()
-        src = sqlite3.connect(f"file:{self.course.db_path}?mode=ro", uri=True)
-        dst = sqlite3.connect(template)
-        with dst:
-            src.backup(dst)
-        src.close()
-        dst.close()
-        return template
+        return snapshot(self.course.db_url, self.work_root / "gradebook.template.db")
 
     def run_one(self, task: Task, template: Path) -> RunResult:
         work = self.work_root / f"{task.assignment}__{task.student}"
@@ -529,9 +578,7 @@ class Grader:
             shutil.copy2(path, sub / name)
         log = self.log_root / task.assignment / f"{task.student}.attempt{task.attempt + 1}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "nbgrader", "autograde", task.assignment, "--student", task.student,
-               "--force", "--log-level=INFO", f"--IsolatedKernelTests.workers={self.test_workers}",
-               *self.nbgrader_args]
+        cmd = [sys.executable, *self.autograde_argv(task)]
         start = time.monotonic()
         with open(log, "wb") as fh:
             fh.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -553,18 +600,29 @@ class Grader:
         seconds = time.monotonic() - start
         if self._stopping.is_set():
             return RunResult(False, seconds, "stopped", work, log)
+        return self.outcome(task, work, log, proc.returncode, seconds, timed_out)
+
+    def outcome(self, task: Task, work: Path, log: Path, returncode: int, seconds: float,
+                timed_out: bool) -> RunResult:
+        """What a private grading in ``work`` came to (here, or on a Dask worker and sent back)."""
         if timed_out:
             return RunResult(False, seconds, f"grading took longer than {self.notebook_timeout:.0f} s and "
                              "was stopped (--notebook-timeout)", work, log)
         autograded = work / "autograded" / task.student / task.assignment
         wanted = [n for n in task.files if n.endswith(".ipynb") and "/" not in n]
         made = all((autograded / n).exists() for n in wanted)
-        if proc.returncode != 0 or not made:
+        if returncode != 0 or not made:
             text = log.read_text(errors="replace")
-            what = (f"nbgrader exited with signal {signal.Signals(-proc.returncode).name}"
-                    if proc.returncode < 0 else f"nbgrader exited {proc.returncode}")
+            what = (f"nbgrader exited with signal {signal.Signals(-returncode).name}"
+                    if returncode < 0 else f"nbgrader exited {returncode}")
             return RunResult(False, seconds, f"{what}: {_error_reason(text)}", work, log)
         return RunResult(True, seconds, "", work, log)
+
+    def autograde_argv(self, task: Task, test_workers: int | None = None) -> list[str]:
+        """The private grading's command after the Python interpreter (each machine puts its own in front)."""
+        return ["-m", "nbgrader", "autograde", task.assignment, "--student", task.student, "--force",
+                "--log-level=INFO", f"--IsolatedKernelTests.workers={test_workers or self.test_workers}",
+                *self.nbgrader_args]
 
     def reproduce_command(self, task: Task, seeds: dict[str, int]) -> str:
         """The command that grades this learner again in its kept private copy (with a test's seed, if any)."""
@@ -724,8 +782,8 @@ class Grader:
             queue.append(task)
         self.save_state(state)
         total = len(queue)
-        self._print(f"{total} notebook(s) to grade, {skipped} already done, {self.jobs} at a time "
-                    f"({self.test_workers} test process(es) each); state: "
+        pool = self.executor if self.executor is not None else LocalExecutor(self)
+        self._print(f"{total} notebook(s) to grade, {skipped} already done, {pool.describe()}; state: "
                     f"{self.state_path.relative_to(self.course.root)}")
         if not total:
             return self._summary(state, pairs, 0, 0.0)
@@ -736,17 +794,19 @@ class Grader:
         running: dict = {}
         old_term = _on_sigterm_interrupt()
         try:
-            with ThreadPoolExecutor(self.jobs) as pool:
+            with pool:
                 try:
                     while queue or running:
-                        while queue and len(running) < self.jobs:
+                        while queue and len(running) < pool.slots():
                             task = queue.popleft()
-                            running[pool.submit(self.run_one, task, template)] = task
-                        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                            running[pool.submit(task, template)] = task
+                        finished, _ = wait(running, timeout=pool.poll_seconds, return_when=FIRST_COMPLETED)
+                        pool.check()  # GradingStopped when the cluster is gone for good
                         for fut in finished:
                             task = running.pop(fut)
                             result = fut.result()
                             key = task.key
+                            merge_start = time.perf_counter()
                             if result.ok:
                                 try:
                                     summary = self.merge(task, result.work)
@@ -771,6 +831,8 @@ class Grader:
                                      "seconds": round(result.seconds, 1), "notes": task.notes,
                                      "graded_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                                      "log": str(result.log.relative_to(self.course.root))}
+                            if result.worker:
+                                entry["worker"] = result.worker
                             if result.ok:
                                 entry.update(status="graded", **summary)
                                 shutil.rmtree(result.work, ignore_errors=True)
@@ -792,20 +854,24 @@ class Grader:
                                     what += " (seeds: " + ", ".join(f"{g}={v}" for g, v in seeds.items()) + ")"
                             entries[key] = entry
                             self.save_state(state)
+                            pool.merged(time.perf_counter() - merge_start)
                             left = len(queue) + len(running)
                             mean = sum(times) / len(times)
-                            eta = mean * left / self.jobs
-                            self._print(f"[{done}/{total}] {key}: {what} ({result.seconds:.1f} s){'; ' if task.notes else ''}"
+                            eta = mean * left / max(1, pool.slots(busy=True))
+                            where = f" on {result.worker}" if result.worker else ""
+                            self._print(f"[{done}/{total}] {key}: {what} ({result.seconds:.1f} s{where})"
+                                        f"{'; ' if task.notes else ''}"
                                         f"{'; '.join(task.notes)} | left {left}, failures {failures + bad}, "
                                         f"elapsed {_clock(time.monotonic() - start)}, ~{_clock(eta)} to go")
-                except KeyboardInterrupt:
-                    self.stop()
+                except (KeyboardInterrupt, GradingStopped) as err:
+                    pool.stop()
                     for fut in running:
                         fut.cancel()
                     self.save_state(state)
-                    self._print(f"Stopped: {done} graded this run, {len(queue) + len(running)} left. "
+                    why = f"{err} " if isinstance(err, GradingStopped) else ""
+                    self._print(f"Stopped: {why}{done} graded this run, {len(queue) + len(running)} left. "
                                 "Run the same command again to go on (what is done is not graded again).")
-                    return 130
+                    return 130 if isinstance(err, KeyboardInterrupt) else 3
         finally:
             if old_term is not None:
                 signal.signal(signal.SIGTERM, old_term)
@@ -813,7 +879,8 @@ class Grader:
         with contextlib.suppress(FileNotFoundError):
             template.unlink()
         self._print(f"Graded {done} notebook(s) in {_clock(wall)} ({wall / max(done, 1):.1f} s per notebook "
-                    f"wall, {sum(times) / max(len(times), 1):.1f} s each, {self.jobs} at a time)")
+                    f"wall, {sum(times) / max(len(times), 1):.1f} s each, {pool.slots(busy=True)} at a time)")
+        pool.report(self._print)
         return self._summary(state, pairs, done, wall)
 
     def _summary(self, state: dict, pairs, done: int, wall: float) -> int:

@@ -1,0 +1,508 @@
+"""Grading a class past one machine (docs/INSTRUCTORS.md, "Grading on a cluster"): Dask and PostgreSQL, real parts.
+
+One class of 20 learners (the fixtures of tests/submissions/01_vector_add/, every kind of bug and trouble but
+the endless kernel, which only waits for time limits) is graded three ways, with the same seed:
+- serially by plain ``nbgrader autograde`` into the SQLite gradebook: the reference;
+- by ``python -m tritoncourse grade --cluster local --jobs 2`` (a Dask LocalCluster of two worker processes)
+  into a gradebook on a real PostgreSQL server that this module starts (Debian's ``postgresql``, installed by
+  tools/install-ci-deps.sh) and that nbgrader itself created; one worker is killed in the middle of a grading;
+- five of them by ``--scheduler`` on a separate scheduler and workers, through every fault at once: a worker
+  killed that never comes back, the scheduler killed and restarted (new workers), the coordinator killed and
+  started again.
+Every gradebook value must equal the reference's, and no learner may be lost or doubled.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, graded_test_ids
+from postgres import Postgres, PostgresMissing, free_port
+
+A = "01_vector_add"
+SEED = "20261125"
+CLASS_SIZE = 20
+FAULT_CLASS = 5
+
+
+# ------------------------------------------------------------------------------------------ PostgreSQL
+
+@pytest.fixture(scope="module")
+def postgres():
+    try:
+        server = Postgres.start()
+    except PostgresMissing as err:
+        pytest.fail(str(err))
+    yield server
+    server.stop()
+
+
+# ------------------------------------------------------------------------------------------ the class
+
+def _env(course: Path, **extra) -> dict:
+    """Every process imports the course package from the course folder's frozen copy, with one seed."""
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(course),
+               TRITONCOURSE_SEED=SEED)
+    env.pop("TRITONCOURSE_DB_URL", None)
+    env.update(extra)
+    return env
+
+
+def class_fixtures() -> list[Fixture]:
+    every = [Fixture.load(p) for p in sorted((SUBMISSIONS / A).glob("*.py"))]
+    chosen = [fx for fx in every if fx.name != "wrong_endless_loop"][:CLASS_SIZE]
+    assert len(chosen) == CLASS_SIZE
+    return chosen
+
+
+def _new_course(path: Path, db_url: str | None = None, learners: int = CLASS_SIZE) -> Course:
+    """A course folder with the frozen package and the class's first ``learners`` submissions; its gradebook
+    created by nbgrader (on ``db_url`` if given)."""
+    path.mkdir(parents=True)
+    shutil.copy2(ROOT / "nbgrader_config.py", path / "nbgrader_config.py")
+    shutil.copytree(ROOT / "source" / A, path / "source" / A)
+    shutil.copytree(ROOT / "tritoncourse", path / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
+    env = _env(path, **({"TRITONCOURSE_DB_URL": db_url} if db_url else {}))
+    r = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],
+                       cwd=path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    c = Course.__new__(Course)
+    c.path = path
+    release, source = c.release_notebook(A), c.source_notebook(A)
+    for fx in class_fixtures()[:learners]:
+        c.submit(fx.name, A, fx.notebook(release, source))
+    return c
+
+
+def gradebook_rows(url: str) -> dict:
+    """Every value autograde writes, by (assignment, student), read through nbgrader's API."""
+    from nbgrader.api import Gradebook
+
+    rows = {}
+    with Gradebook(url) as gb:
+        for assignment in gb.assignments:
+            for sub in assignment.submissions:
+                nbs = {}
+                for nb in sub.notebooks:
+                    nbs[nb.name] = {
+                        "late_penalty": nb.late_submission_penalty,
+                        "grades": {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade, g.score)
+                                   for g in nb.grades},
+                        "comments": {cm.name: (cm.auto_comment, cm.manual_comment) for cm in nb.comments}}
+                rows[(assignment.name, sub.student.id)] = {"timestamp": str(sub.timestamp), "notebooks": nbs}
+    return rows
+
+
+def row_counts(url: str) -> dict[str, int]:
+    """How many rows each table of submissions holds: a learner graded twice or lost shows here."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.connect() as con:
+        counts = {t: con.execute(text(f"SELECT count(*) FROM {t}")).scalar()
+                  for t in ("student", "submitted_assignment", "submitted_notebook", "grade", "comment")}
+    engine.dispose()
+    return counts
+
+
+def sqlite_url(c: Course) -> str:
+    return f"sqlite:///{c.path / 'gradebook.db'}"
+
+
+def state(c: Course) -> dict:
+    import json
+
+    return json.loads((c.path / "autograded" / ".classroom" / "state.json").read_text())["entries"]
+
+
+def grade_cmd(c: Course, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "tritoncourse", "grade", "--course", str(c.path), *flags]
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def gradings(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """The nbgrader autograde processes among ``procs`` (a worker's grading of one learner)."""
+    out = []
+    for p in procs:
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:
+            continue
+        if "nbgrader" in cmd and "autograde" in cmd:
+            out.append(p)
+    return out
+
+
+def student_of(proc: psutil.Process) -> str:
+    cmd = proc.cmdline()
+    return cmd[cmd.index("--student") + 1]
+
+
+def gone_within(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+class Output:
+    """A command's output read line by line in a thread; the test waits for lines that match."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.lines, self.ended, self._cv = proc, [], False, threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self._cv:
+                self.lines.append(line)
+                self._cv.notify_all()
+        with self._cv:
+            self.ended = True
+            self._cv.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 900, start: int = 0) -> int:
+        """Index of the first line from ``start`` on that matches; fails if the output ends first."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                for i in range(start, len(self.lines)):
+                    if re.search(pattern, self.lines[i]):
+                        return i
+                if self.ended or time.monotonic() > deadline:
+                    raise AssertionError(f"no line matching {pattern!r}:\n{self.text[-6000:]}")
+                self._cv.wait(timeout=1)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+# ------------------------------------------------------------------------------------------ fast checks
+
+def test_the_gradebook_url_comes_from_the_course_configuration(tmp_path, monkeypatch):
+    """SQLite in the course folder by default; TRITONCOURSE_DB_URL, or a URL written in nbgrader_config.py,
+    otherwise: the same that nbgrader reads."""
+    from tritoncourse.classroom.database import describe
+    from tritoncourse.classroom.workflow import Course as RealCourse
+
+    shutil.copy2(ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    monkeypatch.delenv("TRITONCOURSE_DB_URL", raising=False)
+    assert RealCourse(tmp_path).db_url == f"sqlite:///{tmp_path / 'gradebook.db'}"
+    url = "postgresql+psycopg://grader:s3cret@db.example.edu:5432/triton_kernels"
+    monkeypatch.setenv("TRITONCOURSE_DB_URL", url)
+    assert RealCourse(tmp_path).db_url == url
+    assert "s3cret" not in describe(url) and "db.example.edu" in describe(url)
+    monkeypatch.delenv("TRITONCOURSE_DB_URL")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.db_url = {url!r}\n")
+    assert RealCourse(other).db_url == url
+
+
+def test_gpu_workers_of_one_machine_each_see_one_gpu():
+    from tritoncourse.classroom.distributed import local_gpu_cluster_spec
+
+    spec = local_gpu_cluster_spec(["0", "3"])
+    assert [w["options"]["env"]["CUDA_VISIBLE_DEVICES"] for w in spec.values()] == ["0", "3"]
+    assert all(w["options"]["resources"] == {"GPU": 1} and w["options"]["nthreads"] == 1 for w in spec.values())
+
+
+def test_a_worker_with_other_grading_code_refuses_the_task():
+    """A worker whose course package differs would grade differently, silently: it refuses, naming both."""
+    from tritoncourse.classroom.distributed import code_fingerprint, grade_on_worker
+
+    with pytest.raises(RuntimeError, match=f"other grading code.*{code_fingerprint()}.*0123456789abcdef"):
+        grade_on_worker({"fingerprint": "0123456789abcdef", "assignment": A, "student": "x"})
+
+
+# ------------------------------------------------------------------------------------------ the three gradings
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory) -> Course:
+    """The reference: plain serial `nbgrader autograde` into SQLite."""
+    c = _new_course(tmp_path_factory.mktemp("serial") / "course")
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", A, "--force"], cwd=c.path, env=_env(c.path),
+                       capture_output=True, text=True, timeout=3600)
+    c.seconds = time.monotonic() - start
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    return c
+
+
+@dataclass
+class DaskRun:
+    course: Course
+    url: str
+    output: str
+    returncode: int
+    killed_worker: int
+    killed_grading: int
+    killed_student: str
+    grading_died: bool
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def dask_pg(tmp_path_factory, postgres) -> DaskRun:
+    """`grade --cluster local --jobs 2` into PostgreSQL; one worker process SIGKILLed mid-grading."""
+    url = postgres.create_database("class_dask")
+    c = _new_course(tmp_path_factory.mktemp("dask-pg") / "course", db_url=url)
+    assert not (c.path / "gradebook.db").exists()  # the gradebook is on the server
+    start = time.monotonic()
+    proc = subprocess.Popen(grade_cmd(c, "--cluster", "local", "--jobs", "2"), cwd=c.path,
+                            env=_env(c.path, TRITONCOURSE_DB_URL=url), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    out = Output(proc)
+    try:
+        out.wait_for(r"^\[1/")  # mid-run: one learner merged, gradings running on both workers
+        victim = None
+        deadline = time.monotonic() + 300
+        while victim is None and time.monotonic() < deadline:
+            running = [g for g in gradings(descendants(proc.pid)) if time.time() - g.create_time() > 4]
+            victim = running[0] if running else None  # well inside its grading
+            time.sleep(0.2)
+        assert victim is not None, out.text
+        worker = victim.parent()
+        student = student_of(victim)
+        worker.kill()
+        died = gone_within([victim.pid], 15)
+        proc.wait(timeout=1800)
+        out.wait_for(r"^Graded \d+ notebook", timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return DaskRun(c, url, out.text, proc.returncode, worker.pid, victim.pid, student, died,
+                   time.monotonic() - start)
+
+
+
+def _scores(rows: dict, student: str) -> dict[str, float]:
+    return {gid: g[3] for gid, g in rows[(A, student)]["notebooks"][A]["grades"].items()}
+
+
+@pytest.mark.slow
+def test_a_local_cluster_with_a_worker_killed_grades_like_serial_nbgrader(dask_pg, serial):
+    """Does a Dask LocalCluster of 2 worker processes, one killed in the middle of a grading, give every learner
+    exactly the grades plain serial nbgrader gives, each learner graded and merged exactly once?"""
+    r = dask_pg
+    assert r.returncode == 0, r.output[-6000:]
+    # The killed worker's nbgrader (and everything under it) did not outlive the worker.
+    assert r.grading_died, f"the grading of {r.killed_student} (pid {r.killed_grading}) outlived its worker"
+    names = sorted(fx.name for fx in class_fixtures())
+    reported = re.findall(rf"^\[\d+/{CLASS_SIZE}\] {A}/(\S+): .*\(\d+\.\d s on (\S+)\)", r.output, re.M)
+    assert sorted(s for s, _ in reported) == names, r.output[-6000:]  # each learner reported once
+    entries = state(r.course)
+    for name in names:
+        e = entries[f"{A}/{name}"]
+        # the killed worker's grading was handed to another worker by Dask: not a failed attempt of the learner
+        assert e["status"] == "graded" and e["attempts"] == 1 and e["worker"], (name, e)
+    assert len({w for _, w in reported}) >= 2, reported
+    assert "Graded per worker:" in r.output and "Coordinator:" in r.output, r.output[-3000:]
+    # Grades: every value equal to plain serial nbgrader's, the same number of rows (nothing lost or doubled).
+    dask_rows, serial_rows = gradebook_rows(r.url), gradebook_rows(sqlite_url(serial))
+    assert len(serial_rows) == CLASS_SIZE
+    diffs = {k: (dask_rows.get(k), serial_rows[k]) for k in serial_rows if dask_rows.get(k) != serial_rows[k]}
+    assert not diffs and set(dask_rows) == set(serial_rows), diffs
+    assert row_counts(r.url) == row_counts(sqlite_url(serial))
+    # And each fixture lost exactly the tests its header says.
+    tests = graded_test_ids(serial.source_notebook(A))
+    wrong = {}
+    for fx in class_fixtures():
+        scores = _scores(dask_rows, fx.name)
+        lost = {t for t in tests if scores[t] == 0}
+        if lost != (set() if fx.all_pass else fx.expect_fail):
+            wrong[fx.name] = sorted(lost)
+    assert not wrong, wrong
+    print(f"dask {r.seconds:.0f} s, serial {serial.seconds:.0f} s")
+
+
+@pytest.mark.slow
+def test_export_and_feedback_work_the_same_on_postgresql_and_sqlite(dask_pg, serial, tmp_path):
+    pg_env = _env(dask_pg.course.path, TRITONCOURSE_DB_URL=dask_pg.url)
+    tables = {}
+    for name, c, env in (("pg", dask_pg.course, pg_env), ("sqlite", serial, _env(serial.path))):
+        out = tmp_path / f"{name}.csv"
+        r = subprocess.run([sys.executable, "-m", "tritoncourse", "export", "--course", str(c.path), "-o", str(out)],
+                           cwd=c.path, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        tables[name] = {row["student"]: row for row in csv.DictReader(out.open())}
+    tests = graded_test_ids(serial.source_notebook(A))
+    keep = ["score", "max_score", "needs_manual_grade", "late_penalty", *tests]
+    assert len(tables["pg"]) == CLASS_SIZE
+    assert {s: [row[k] for k in keep] for s, row in tables["pg"].items()} == \
+        {s: [row[k] for k in keep] for s, row in tables["sqlite"].items()}
+    # the Dask run's failures carry their seed (the one every process was given)
+    assert re.search(rf"test_vector_add_ragged_sizes\(seed={SEED}\)", tables["pg"]["wrong_no_mask"]["failed_tests"])
+    who = ["wrong_no_mask", "correct_other_zero"]
+    r = subprocess.run([sys.executable, "-m", "tritoncourse", "feedback", A, "--course", str(dask_pg.course.path),
+                        "--students", *who], cwd=dask_pg.course.path, env=pg_env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for student in who:
+        html = (dask_pg.course.path / "feedback" / student / A / f"{A}.html").read_text()
+        assert ("FAILED" in html) == (student == "wrong_no_mask"), student
+
+
+@pytest.mark.slow
+def test_a_learner_copy_of_the_gradebook_holds_that_learner_alone(dask_pg, tmp_path):
+    """What a Dask task carries: the assignment and one learner's rows, with the values of the real gradebook."""
+    from tritoncourse.classroom.database import learner_copy, snapshot
+
+    template = snapshot(dask_pg.url, tmp_path / "snapshot.db")  # PostgreSQL -> SQLite, through nbgrader's models
+    assert gradebook_rows(f"sqlite:///{template}") == gradebook_rows(dask_pg.url)
+    copy = tmp_path / "learner.db"
+    copy.write_bytes(learner_copy(template, A, "wrong_no_mask"))
+    rows = gradebook_rows(f"sqlite:///{copy}")
+    assert rows == {(A, "wrong_no_mask"): gradebook_rows(dask_pg.url)[(A, "wrong_no_mask")]}
+    assert row_counts(f"sqlite:///{copy}")["student"] == 1
+    assert copy.stat().st_size < template.stat().st_size
+
+
+# ------------------------------------------------------------------------------------------ every fault at once
+
+class DaskProcesses:
+    """A scheduler and workers as separate processes (what `dask scheduler` / `dask worker` run on a cluster),
+    each in a folder of its own; workers without a nanny, so that a killed one never comes back."""
+
+    def __init__(self, folder: Path, env: dict):
+        self.folder, self.env, self.port = folder, env, free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+        where = self.folder / name
+        where.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen([str(BIN / "dask"), *args], cwd=where, env=self.env, stdout=subprocess.DEVNULL,
+                                stderr=open(where / "log", "ab"))
+        self.procs[name] = proc
+        return proc
+
+    def scheduler(self, name: str) -> subprocess.Popen:
+        proc = self._start(name, ["scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return proc
+            time.sleep(0.2)
+        raise AssertionError((self.folder / name / "log").read_text())
+
+    def worker(self, name: str) -> subprocess.Popen:
+        return self._start(name, ["worker", self.address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                                  "--name", name, "--local-directory", str(self.folder / name)])
+
+    def wait_workers(self, n: int) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout=30, set_as_default=False) as client:
+            client.wait_for_workers(n, timeout=120)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@dataclass
+class FaultRun:
+    course: Course
+    first: str
+    second: str
+    returncode: int
+    lingering: list[int]
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory) -> FaultRun:
+    """`grade --scheduler`: worker "a" killed mid-grading (never back); the scheduler killed after the first
+    learner and started again with a new worker "c"; the coordinator killed after its next learner, then run
+    again."""
+    base = tmp_path_factory.mktemp("faults")
+    c = _new_course(base / "course", learners=FAULT_CLASS)
+    env = _env(c.path)
+    dask = DaskProcesses(base / "dask", env)
+    flags = ["--scheduler", dask.address, "--reconnect-wait", "120", "--worker-wait", "300"]
+    killed_gradings = []
+    try:
+        dask.scheduler("scheduler1")
+        dask.worker("a")
+        dask.worker("b")
+        dask.wait_workers(2)
+        first = subprocess.Popen(grade_cmd(c, *flags), cwd=c.path, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+        out = Output(first)
+        # 1. worker "a" killed in the middle of a grading; it never comes back
+        deadline, victim = time.monotonic() + 300, None
+        while victim is None and time.monotonic() < deadline:
+            running = [g for g in gradings(descendants(dask.procs["a"].pid)) if time.time() - g.create_time() > 3]
+            victim = running[0] if running else None
+            time.sleep(0.2)
+        assert victim is not None, out.text
+        killed_gradings.append(victim.pid)
+        dask.procs["a"].kill()
+        # 2. the scheduler killed once a learner is merged, then started again (with worker "c"; worker "b" shuts
+        #    itself down when its scheduler goes, as Dask workers do, and its grading goes with it)
+        out.wait_for(r"^\[1/")
+        killed_gradings += [g.pid for g in gradings(descendants(dask.procs["b"].pid))]
+        dask.procs["scheduler1"].kill()
+        out.wait_for("lost the connection to the scheduler")
+        dask.scheduler("scheduler2")
+        dask.worker("c")
+        back = out.wait_for("connected to the scheduler at .* again", timeout=300)
+        # 3. the coordinator killed (SIGKILL: no chance to tidy up) after its next learner, then run again
+        out.wait_for(r"^\[\d+/", start=back)
+        first.kill()
+        first.wait()
+        second = subprocess.run(grade_cmd(c, *flags), cwd=c.path, env=env, capture_output=True, text=True,
+                                timeout=1800)
+        lingering = [p for p in killed_gradings if psutil.pid_exists(p)
+                     and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    finally:
+        dask.close()
+    return FaultRun(c, out.text, second.stdout + second.stderr, second.returncode, lingering)
+
+
+@pytest.mark.slow
+def test_every_fault_at_once_still_grades_each_learner_exactly_once(faults, serial):
+    """A worker killed for good, the scheduler lost and restarted, the coordinator killed and rerun: are all
+    learners graded, once, with plain serial nbgrader's grades?"""
+    f = faults
+    assert f.returncode == 0, f.first[-4000:] + "\n----\n" + f.second[-4000:]
+    assert not f.lingering, f"gradings outlived their killed worker: {f.lingering}"
+    m = re.search(r"(\d+) notebook\(s\) to grade, (\d+) already done", f.second)
+    assert m and int(m.group(2)) >= 2 and int(m.group(1)) >= 1, f.second  # the rerun did only what was left
+    names = [fx.name for fx in class_fixtures()[:FAULT_CLASS]]
+    entries = state(f.course)
+    assert sorted(k for k in entries) == sorted(f"{A}/{n}" for n in names)
+    assert all(entries[f"{A}/{n}"]["status"] == "graded" for n in names), entries
+    assert not list((f.course.path / "autograded").glob(f"*/.{A}.*")), "a half-moved autograded folder"
+    rows = gradebook_rows(sqlite_url(f.course))
+    reference = gradebook_rows(sqlite_url(serial))
+    assert rows == {k: reference[k] for k in rows} and len(rows) == FAULT_CLASS, \
+        {k: (rows[k], reference[k]) for k in rows if rows[k] != reference[k]}
+    counts = row_counts(sqlite_url(f.course))
+    assert counts["submitted_assignment"] == counts["student"] == FAULT_CLASS, counts
+    assert counts["grade"] == FAULT_CLASS * len(graded_test_ids(serial.source_notebook(A))) + FAULT_CLASS * \
+        (row_counts(sqlite_url(serial))["grade"] // CLASS_SIZE - len(graded_test_ids(serial.source_notebook(A))))
