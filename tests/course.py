@@ -87,7 +87,8 @@ class Fixture:
     (``# replaces: <grade_id>``, default the first); ``# %% append`` and ``# %% after-kernel`` chunks become
     new cells. The other solution cells stay the release's stubs, or with ``# other-solutions: source`` hold
     the reference's solutions, so that a file holds only the cell it changes. Header lines
-    ``# expect-fail:``, ``# expect-message:`` and ``# expect-all-pass`` say what grading must give.
+    ``# expect-fail:``, ``# expect-message:`` and ``# expect-all-pass`` say what grading must give;
+    ``# gpu-may-pass:`` names expected failures that a GPU's looser tolerance (tf32 for fp32 tl.dot) may let pass.
     """
 
     name: str
@@ -98,6 +99,7 @@ class Fixture:
     replaces: str | None  # grade_id of the solution cell the first chunk replaces (default: the first)
     chunks: list[tuple[str, str]]  # (where, source)
     other_solutions: str = "release"  # the other solution cells: "release" (the stubs) or "source" (the reference)
+    gpu_may_pass: frozenset = frozenset()  # expected failures a GPU's tf32 tolerance may let pass
 
     @classmethod
     def load(cls, path: Path) -> "Fixture":
@@ -106,18 +108,20 @@ class Fixture:
         msg = re.search(r"^# expect-message:(.*)$", text, re.M)
         repl = re.search(r"^# replaces:(.*)$", text, re.M)
         others = re.search(r"^# other-solutions:(.*)$", text, re.M)
+        gpu = re.search(r"^# gpu-may-pass:(.*)$", text, re.M)
         other_solutions = others.group(1).strip() if others else "release"
         if other_solutions not in ("release", "source"):
             raise ValueError(f"{path}: `# other-solutions:` takes release or source, not {other_solutions!r}")
         body = "\n".join(line for line in text.splitlines()
-                          if not line.startswith(("# expect-", "# replaces:", "# other-solutions:")))
+                          if not line.startswith(("# expect-", "# replaces:", "# other-solutions:", "# gpu-may-pass:")))
         parts = re.split(r"^# %% (append|after-kernel)\s*$", body, flags=re.M)
         chunks = [("kernel", parts[0].strip("\n"))]
         for where, src in zip(parts[1::2], parts[2::2]):
             chunks.append((where, src.strip("\n")))
         return cls(path.stem, path, set(fail.group(1).split()) if fail else set(),
                    msg.group(1).strip() if msg else "", "# expect-all-pass" in text,
-                   repl.group(1).strip() if repl else None, chunks, other_solutions)
+                   repl.group(1).strip() if repl else None, chunks, other_solutions,
+                   frozenset(gpu.group(1).split()) if gpu else frozenset())
 
     def notebook(self, release: nbformat.NotebookNode,
                  source: nbformat.NotebookNode | None = None) -> nbformat.NotebookNode:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from conftest import DEVICE
 from course import SUBMISSIONS, Course, fill_solution_regions, fixtures, graded_test_ids
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
@@ -153,7 +154,10 @@ def test_submission_is_judged_right(graded, assignment, fixture):
         return
     unknown = fixture.expect_fail - set(g.tests)
     assert not unknown, f"fixture names unknown tests {unknown}"
+    on_gpu = DEVICE == "cuda"
     for t in g.tests:
+        if t in fixture.expect_fail and on_gpu and t in fixture.gpu_may_pass:
+            continue  # the GPU's tf32 tolerance may let this one through; the fixture's other tests catch it
         if t in fixture.expect_fail:
             assert scores[t] == 0, f"{t} should fail but scored {scores[t]}:\n{feedback[t]}"
         else:
