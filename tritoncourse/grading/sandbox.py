@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -436,11 +435,3 @@ def kill_process_tree(pid: int, sig: int = signal.SIGKILL) -> None:
         for proc in root.children(recursive=True) + [root]:
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(sig)
-
-
-def wait_gone(pids: list[int], timeout: float = 5.0) -> None:
-    import psutil
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
-        time.sleep(0.05)
