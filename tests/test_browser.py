@@ -394,15 +394,17 @@ def test_every_phase_plots_and_widgets_render(lab_all_phases):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("pageerror", lambda err: js_errors.append(str(err)))
-            page.set_default_timeout(60_000)
             for phase in RENDERED_PHASES:
+                # A page of its own, as a learner opening one notebook: nothing left from the phase before.
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.on("pageerror", lambda err: js_errors.append(str(err)))
+                page.set_default_timeout(60_000)
                 try:
                     _run_phase_pictures(page, lab, phase, expect)
                 except BaseException:
                     page.screenshot(path=str(PICTURES / f"{phase}-failure.png"))
                     raise
+                page.close()
                 # One kernel at a time on 2 cores: shut this phase's down before the next.
                 for session in lab.api("/api/sessions"):
                     req = urllib.request.Request(f"{lab.base}/api/sessions/{session['id']}", method="DELETE",
@@ -416,16 +418,17 @@ def test_every_phase_plots_and_widgets_render(lab_all_phases):
 
 def _run_phase_pictures(page, lab: JupyterLab, phase: str, expect) -> None:
     plots, widgets = expected_pictures(pictures_notebook(phase))
-    page.goto(f"{lab.base}/lab/tree/{phase}.ipynb?token={lab.token}")
+    # A workspace of its own, reset: only this notebook is open (the layout of the phase before is not restored).
+    page.goto(f"{lab.base}/lab/workspaces/{phase}/tree/{phase}.ipynb?reset&token={lab.token}")
     panel = ".jp-NotebookPanel:visible"
     code_cells = page.locator(f"{panel} .jp-CodeCell")
     # JupyterLab attaches a long notebook's cells a few at a time: wait for the last one the file holds.
     n_code = sum(c.cell_type == "code" for c in pictures_notebook(phase).cells)
     expect(code_cells.nth(n_code - 1)).to_be_attached(timeout=120_000)
     lab.wait_kernel_idle()
-    # After the first phase the page opens on the file browser's focus: put it on this notebook, or Run All
-    # applies to nothing.
-    page.locator(f"{panel} .jp-Cell").first.locator(".jp-InputPrompt").click()
+    # Put the focus on this notebook, as a learner clicking its tab, or Run All may apply to nothing. (Not a
+    # cell: the first one may be scrolled away or not yet attached.)
+    page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text=f"{phase}.ipynb").click()
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
     prompts = page.locator(f"{panel} .jp-CodeCell .jp-InputArea-prompt")

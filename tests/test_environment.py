@@ -371,8 +371,14 @@ def _entrypoint(course: Path, *args: str, timeout: float = 600) -> subprocess.Co
     env = dict(os.environ, COURSE_DIR=str(course), PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
                PYTHON=sys.executable)
     env.pop("TRITONCOURSE_SEED", None)
-    return subprocess.run(["bash", str(ENTRYPOINT), *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    try:
+        return subprocess.run(["bash", str(ENTRYPOINT), *args], capture_output=True, text=True, env=env,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as e:  # say which phase it was on, and what it printed
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        raise AssertionError(f"entrypoint {' '.join(args)} still running after {timeout:.0f} s; it printed:\n"
+                             f"{out[-4000:]}\n--- stderr ---\n{err[-4000:]}") from None
 
 
 @pytest.fixture
