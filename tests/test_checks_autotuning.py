@@ -1,6 +1,7 @@
 """Phase 5's checks and widgets, without nbgrader: config spaces, keys, hardware limits, occupancy, the sweep
 widgets' recorded data. Kernels are tiny and run on the interpreter where there is no GPU."""
 import json
+import math
 
 import matplotlib
 import pytest
@@ -235,3 +236,55 @@ def test_autotuner_check_compares_where_the_best_config_writes():
     space = [triton.Config({**c.kwargs, "ADD_INTO_C": True}, num_warps=1, num_stages=1) for c in small]
     _fails(A.check_matmul_autotuner, tuned(_grouped_matmul_relu, space, ["M", "N", "K"]), 40, 50, 20,
            match="adds into C")
+
+
+# ---- section 9: programs_per_sm -------------------------------------------------------------------------
+def _programs(registers, num_warps, shared_bytes, gpu, *, rounded=True, reserve=1024, slots=True, threads=True,
+              floor=True):
+    """programs_per_sm with each part switchable: the correct one, and a learner's slips."""
+    div = (lambda a, b: a // b) if floor else (lambda a, b: a / b)
+    per_thread = math.ceil(registers / 8) * 8 if rounded else registers
+    limits = [div(gpu["registers_per_sm"], per_thread * 32 * num_warps),
+              div(gpu["shared_per_sm"], shared_bytes + reserve)]
+    if threads:
+        limits.append(div(gpu["threads_per_sm"], 32 * num_warps))
+    if slots:
+        limits.append(gpu["programs_per_sm"])
+    return min(limits)
+
+
+def test_programs_per_sm_passes_correct_functions_and_names_each_slip():
+    from tritoncourse.checks.autotuning import check_programs_per_sm
+
+    def correct(registers, num_warps, shared_bytes, gpu):
+        return _programs(registers, num_warps, shared_bytes, gpu)
+
+    def counting(registers, num_warps, shared_bytes, gpu):  # the same, written as a count
+        n = 0
+        while _programs(registers, num_warps, shared_bytes, gpu) > n:
+            n += 1
+        return n
+
+    check_programs_per_sm(correct, count=300, seed=5)
+    check_programs_per_sm(counting, count=50, seed=6)
+    slips = {"rounded": "rounded up to a multiple of 8", "reserve": "reserves 1 KB", "slots": "program slots",
+             "threads": "the threads", "floor": "floor division"}
+    for slip, message in slips.items():
+        wrong = {"reserve": 0}.get(slip, False)
+
+        def learner(registers, num_warps, shared_bytes, gpu, slip=slip, wrong=wrong):
+            return _programs(registers, num_warps, shared_bytes, gpu, **{slip: wrong})
+
+        _fails(check_programs_per_sm, learner, 20, 7, match=message)
+
+    def not_written(registers, num_warps, shared_bytes, gpu):
+        raise NotImplementedError()
+
+    _fails(check_programs_per_sm, not_written, 0, 1, match="not written yet")
+
+    def unrounded(registers, num_warps, shared_bytes, gpu):
+        return _programs(registers, num_warps, shared_bytes, gpu, rounded=False)
+
+    # The visible test (the compiled kernels only) lets the forgotten rounding pass; the hidden cases do not.
+    check_programs_per_sm(unrounded, known_only=True)
+    _fails(check_programs_per_sm, unrounded, 0, 1, match="rounded up")

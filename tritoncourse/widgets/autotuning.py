@@ -334,6 +334,39 @@ def print_resources(rows: list[dict]) -> None:
               f"{r['occupancy %']:>5.0f}%  {r['bound by']}")
 
 
+def print_compiled(configs, compiled, programs_per_sm=None, gpu_limits: dict | None = None,
+                   gpu: str = "H100 SXM / H200") -> None:
+    """One line per config compiled by :func:`tritoncourse.compiled.compile_configs`: registers, spilled
+    bytes, shared memory, and the programs per SM the learner's ``programs_per_sm`` gives next to the course's
+    (section 2's rules), with the resource that decides."""
+    from ..checks.autotuning import gpu_limits as limits_of
+
+    g = GPUS[gpu]
+    limits = gpu_limits or limits_of(g)
+    print(f"compiled for sm_90 ({gpu}); 'yours' is your programs_per_sm, 'SM' the course's answer")
+    print(f"{'config':<72} {'regs':>5} {'spilled':>8} {'shared KB':>9} {'yours':>6} {'SM':>4}  bound by (occupancy)")
+    unwritten = False
+    for c, k in zip(configs, compiled):
+        if isinstance(k, str):
+            print(f"{describe(c):<72} does not compile: {k[:100]}")
+            continue
+        want = occupancy(k.num_warps, k.registers, k.shared, g)
+        yours = "-"
+        if programs_per_sm is not None:
+            try:
+                got = programs_per_sm(k.registers, k.num_warps, k.shared, limits)
+                yours = f"{got}{' ✓' if got == want['programs'] else ' ✗'}"
+            except NotImplementedError:
+                unwritten = True
+            except Exception as err:  # noqa: BLE001 - the learner's function: say what it raised
+                yours = type(err).__name__
+        bound = "does not fit" if not want["programs"] else f"{want['bound']} ({100 * want['occupancy']:.0f}%)"
+        print(f"{describe(c):<72} {k.registers:>5} {k.spill_stores:>8} {k.shared / 1024:>9.1f} {yours:>6} "
+              f"{want['programs']:>4}  {bound}")
+    if unwritten:
+        print("(programs_per_sm is not written yet: the 'yours' column fills in once it is.)")
+
+
 def show_recorded_table(key: str, path=RESULTS_FILE) -> None:
     """A recorded table of the autotuning section (e.g. 'matmul_sweep', 'resources'), or why there is none."""
     data, env = _recorded(key, path)

@@ -1,7 +1,8 @@
 # Pointers advanced along K each step with int64 row offsets; the key in another order; one config flagged as
 # datacenter-only (144 KB); softmax and vector add with num_stages set and other sizes.
+# programs_per_sm as a dict of limits and the register allocation in warps.
 # expect-all-pass
-# replaces: autotuned_vector_add_kernel
+# replaces: programs_per_sm
 MATMUL_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
     for bm, bn, bk, w, s in [
@@ -87,3 +88,10 @@ def triton_autotuned_vector_add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLO
     mask = offsets < n_elements
     tl.store(output_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
              mask=mask)
+
+
+def programs_per_sm(registers, num_warps, shared_bytes, gpu=None):
+    warps_of_registers = gpu["registers_per_sm"] // (-(-registers * 32 // 256) * 256)  # whole warps' worth
+    limits = {"threads": gpu["threads_per_sm"] // (32 * num_warps), "registers": warps_of_registers // num_warps,
+              "shared": gpu["shared_per_sm"] // (shared_bytes + 1024), "slots": gpu["programs_per_sm"]}
+    return min(limits.values())
