@@ -135,7 +135,21 @@ def _make_course(tmp: Path, notebooks: dict[str, nbformat.NotebookNode] | None =
     return course
 
 
-class JupyterLab:
+class KernelWaits:
+    """For a JupyterLab server with ``api(path)`` and ``log()``: here, or in the container (test_container.py)."""
+
+    def wait_kernel_idle(self, timeout: float = 120) -> None:
+        """Until the notebook's kernel has started and is idle."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = [s["kernel"]["execution_state"] for s in self.api("/api/sessions") if s.get("kernel")]
+            if states and all(state == "idle" for state in states):
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"the kernel was not idle within {timeout:.0f} s:\n{self.log()}")
+
+
+class JupyterLab(KernelWaits):
     """``jupyter lab`` from this interpreter's environment, on 127.0.0.1, a free port and a token."""
 
     def __init__(self, course: Path, tmp: Path):
@@ -181,16 +195,6 @@ class JupyterLab:
                 time.sleep(0.5)
         raise AssertionError(f"jupyter lab did not answer within {timeout:.0f} s:\n{self.log()}")
 
-    def wait_kernel_idle(self, timeout: float = 120) -> None:
-        """Until the notebook's kernel has started and is idle."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            states = [s["kernel"]["execution_state"] for s in self.api("/api/sessions") if s.get("kernel")]
-            if states and all(state == "idle" for state in states):
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"the kernel was not idle within {timeout:.0f} s:\n{self.log()}")
-
     def log(self) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")[-6000:]
@@ -217,6 +221,48 @@ def lab(tmp_path, request):
         yield server
     finally:
         server.stop()
+
+
+PANEL = ".jp-NotebookPanel:visible"
+
+
+def run_all_cells(page, n_code: int, timeout_s: float = RUN_ALL_TIMEOUT_S) -> None:
+    """Run > Run All Cells, as a learner does, then wait until every code cell has run and the kernel is idle
+    (or Run All stopped at a cell that raised: idle for 10 s with cells left); then no cell may have written
+    to stderr, and every code cell must have run."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    prompts = page.locator(f"{PANEL} .jp-CodeCell .jp-InputArea-prompt")
+    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    deadline = time.monotonic() + timeout_s
+    idle_since, ran, texts = None, 0, []
+    while time.monotonic() < deadline:
+        texts = prompts.all_inner_texts()
+        ran = sum(bool(re.search(r"\[\d+\]", t)) for t in texts)
+        busy = any("[*]" in t for t in texts)
+        if ran == n_code and not busy and idle.count() == 1:
+            break
+        if ran and not busy and idle.count() == 1:
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since > 10:
+                break
+        else:
+            idle_since = None
+        page.wait_for_timeout(1000)
+    errors = page.locator(f"{PANEL} .jp-OutputArea-output[data-mime-type="
+                          "'application/vnd.jupyter.stderr']").all_inner_texts()
+    assert not errors, "cells raised errors or wrote to stderr:\n" + "\n---\n".join(t[-3000:] for t in errors)
+    assert ran == n_code, f"Run All ran {ran} of {n_code} code cells in {timeout_s:.0f} s; prompts {texts}"
+
+
+def kernel_test_outputs(page) -> list[str]:
+    """The text of every %%kernel_test cell's output; each must say PASSED (or HIDDEN: all its cases hidden)."""
+    test_cells = page.locator(f"{PANEL} .jp-CodeCell", has=page.locator(".cm-content", has_text="%%kernel_test"))
+    outputs = [test_cells.nth(i).locator(".jp-OutputArea").inner_text().strip() for i in range(test_cells.count())]
+    for text in outputs:
+        assert text.startswith(("PASSED:", "HIDDEN:")) and "FAILED" not in text, f"a test cell did not pass:\n{text}"
+    return outputs
+
 
 
 def test_learner_runs_notebook_moves_widget_and_validates(lab):
@@ -267,38 +313,12 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
     shot("01-opened")
 
     # 2. Run > Run All Cells, and wait until every code cell has run and the kernel is idle.
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-    prompts = page.locator(".jp-NotebookPanel:visible .jp-CodeCell .jp-InputArea-prompt")
-    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-    deadline = time.monotonic() + RUN_ALL_TIMEOUT_S
-    idle_since = None
-    while time.monotonic() < deadline:
-        texts = prompts.all_inner_texts()
-        ran = sum(bool(re.search(r"\[\d+\]", t)) for t in texts)
-        if ran == n_code and idle.count() == 1:
-            break
-        # Run All stops at a cell that raises: the kernel is idle with cells left unrun.
-        if ran and "[*]:" not in texts and idle.count() == 1:
-            idle_since = idle_since or time.monotonic()
-            if time.monotonic() - idle_since > 10:
-                break
-        else:
-            idle_since = None
-        page.wait_for_timeout(1000)
-    errors = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output[data-mime-type="
-                          "'application/vnd.jupyter.stderr']").all_inner_texts()
-    assert not errors, "cells raised errors or wrote to stderr:\n" + "\n---\n".join(t[-3000:] for t in errors)
-    assert ran == n_code, f"Run All ran {ran} of {n_code} code cells in {RUN_ALL_TIMEOUT_S} s; prompts {texts}"
+    run_all_cells(page, n_code)
 
     # Every %%kernel_test cell shows a PASSED line (or HIDDEN, when all its cases are hidden tests).
-    test_cells = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
-                              has=page.locator(".cm-content", has_text="%%kernel_test"))
-    n_tests = test_cells.count()
-    assert n_tests >= 2, f"found {n_tests} %%kernel_test cells"
-    outputs = [test_cells.nth(i).locator(".jp-OutputArea").inner_text().strip() for i in range(n_tests)]
-    for text in outputs:
-        assert text.startswith(("PASSED:", "HIDDEN:")) and "FAILED" not in text, f"a test cell did not pass:\n{text}"
+    test_cells = page.locator(f"{PANEL} .jp-CodeCell", has=page.locator(".cm-content", has_text="%%kernel_test"))
+    outputs = kernel_test_outputs(page)
+    assert len(outputs) >= 2, f"found {len(outputs)} %%kernel_test cells"
     assert sum(text.startswith("PASSED:") for text in outputs) >= 2, outputs
     code_cells.first.evaluate("el => el.scrollIntoView({block: 'start'})")
     shot("02-ran-top")
@@ -429,20 +449,7 @@ def _run_phase_pictures(page, lab: JupyterLab, phase: str, expect) -> None:
     # Put the focus on this notebook, as a learner clicking its tab, or Run All may apply to nothing. (Not a
     # cell: the first one may be scrolled away or not yet attached.)
     page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text=f"{phase}.ipynb").click()
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-    prompts = page.locator(f"{panel} .jp-CodeCell .jp-InputArea-prompt")
-    deadline = time.monotonic() + RUN_ALL_TIMEOUT_S
-    while time.monotonic() < deadline:
-        texts = prompts.all_inner_texts()
-        ran = sum(bool(re.search(r"\[\d+\]", t)) for t in texts)
-        if ran == n_code and not any("[*]" in t for t in texts):
-            break
-        page.wait_for_timeout(1000)
-    errors = page.locator(f"{panel} .jp-OutputArea-output[data-mime-type="
-                          "'application/vnd.jupyter.stderr']").all_inner_texts()
-    assert not errors, f"{phase}: cells raised errors or wrote to stderr:\n" + "\n---\n".join(t[-3000:] for t in errors)
-    assert ran == n_code, f"{phase}: Run All ran {ran} of {n_code} code cells in {RUN_ALL_TIMEOUT_S} s"
+    run_all_cells(page, n_code)
     for k, call in enumerate(PLOT_CALLS):
         cells = page.locator(f"{panel} .jp-CodeCell", has=page.locator(".cm-content", has_text=call))
         for i in range(cells.count()):
@@ -493,28 +500,9 @@ def test_capstone_runs_and_its_tile_widget_follows(lab):
                 expect(code_cells.nth(20)).to_be_attached(timeout=120_000)
                 n_code = code_cells.count()
                 lab.wait_kernel_idle()
-                page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-                page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-                prompts = page.locator(".jp-NotebookPanel:visible .jp-CodeCell .jp-InputArea-prompt")
-                idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-                deadline = time.monotonic() + 2 * RUN_ALL_TIMEOUT_S
-                while time.monotonic() < deadline:
-                    texts = prompts.all_inner_texts()
-                    ran = sum(bool(re.search(r"\[\d+\]", t)) for t in texts)
-                    if ran == n_code and idle.count() == 1:
-                        break
-                    page.wait_for_timeout(1000)
-                errors = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output[data-mime-type="
-                                      "'application/vnd.jupyter.stderr']").all_inner_texts()
-                assert not errors, "cells raised errors or wrote to stderr:\n" + "\n---\n".join(t[-3000:] for t in errors)
-                assert ran == n_code, f"Run All ran {ran} of {n_code} code cells"
-                test_cells = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
-                                          has=page.locator(".cm-content", has_text="%%kernel_test"))
-                outputs = [test_cells.nth(i).locator(".jp-OutputArea").inner_text().strip()
-                           for i in range(test_cells.count())]
+                run_all_cells(page, n_code, 2 * RUN_ALL_TIMEOUT_S)
+                outputs = kernel_test_outputs(page)
                 assert len(outputs) == 16, f"found {len(outputs)} %%kernel_test cells"
-                for text in outputs:
-                    assert text.startswith(("PASSED:", "HIDDEN:")) and "FAILED" not in text, text
                 widget_cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
                                            has=page.locator(".widget-dropdown", has_text="BLOCK_M"))
                 expect(widget_cell).to_have_count(1, timeout=30_000)

@@ -42,6 +42,7 @@ import nbformat
 import pytest
 
 from course import SUBMISSIONS, Fixture, graded_test_ids
+from test_browser import KernelWaits
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER_DIR = ROOT / "docker"
@@ -318,7 +319,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class ComposeLab:
+class ComposeLab(KernelWaits):
     """`docker-compose --profile cpu up -d lab-cpu` in a course folder: the same interface as
     tests/test_browser.py's JupyterLab (base, token, api, wait_kernel_idle, log)."""
 
@@ -371,15 +372,6 @@ class ComposeLab:
         with urllib.request.urlopen(req, timeout=30) as resp:
             body = resp.read()
             return json.loads(body) if body else None
-
-    def wait_kernel_idle(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            states = [s["kernel"]["execution_state"] for s in self.api("/api/sessions") if s.get("kernel")]
-            if states and all(state == "idle" for state in states):
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"the kernel was not idle within {timeout:.0f} s:\n{self.log()}")
 
     def log(self) -> str:
         return self._compose("logs", "--no-color", "lab-cpu", check=False).stdout[-6000:]
