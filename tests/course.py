@@ -225,3 +225,49 @@ def fill_solution_regions(release: nbformat.NotebookNode, source: nbformat.Noteb
             raise AssertionError(f"{gid}: {len(regions)} solution regions in the source, {used} stubs in the release")
         cell.source = "\n".join(out)
     return nb
+
+
+def notebook_calls(notebook: Path, name: str) -> list[tuple[str, dict]]:
+    """(grade_id, keyword arguments) of every call of ``name`` in a notebook's test cells (hidden ones too):
+    the cases the grader runs, for the checks' own tests to run against wrong kernels."""
+    import ast
+
+    import torch
+
+    cases = []
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        if cell.cell_type != "code" or not gid.startswith("test_"):
+            continue
+        body = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%%"))
+        for node in ast.walk(ast.parse(body)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == name:
+                kw = {}
+                for k in node.keywords:
+                    if isinstance(k.value, ast.Attribute):  # dtype=torch.float16
+                        kw[k.arg] = getattr(torch, k.value.attr)
+                    else:
+                        kw[k.arg] = ast.literal_eval(k.value)
+                cases.append((gid, kw))
+    return cases
+
+
+def gradebook_rows(url: str) -> dict:
+    """Every value autograde writes, by (assignment, student), read through nbgrader's API from a gradebook
+    URL (sqlite:///path/gradebook.db, postgresql://...): timestamps, penalties, scores, comments."""
+    from nbgrader.api import Gradebook
+
+    rows = {}
+    with Gradebook(url) as gb:
+        for assignment in gb.assignments:
+            for sub in assignment.submissions:
+                nbs = {}
+                for nb in sub.notebooks:
+                    nbs[nb.name] = {
+                        "late_penalty": nb.late_submission_penalty,
+                        "grades": {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade, g.score)
+                                   for g in nb.grades},
+                        "comments": {cm.name: (cm.auto_comment, cm.manual_comment) for cm in nb.comments}}
+                rows[(assignment.name, sub.student.id)] = {"timestamp": str(sub.timestamp), "notebooks": nbs}
+    return rows
+

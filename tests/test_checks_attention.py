@@ -3,44 +3,21 @@ loose enough for a correct fp32 computation; are the causes named right; does gp
 
 Fast: torch only (fp64 replays of the mistakes), except one small kernel launch on the interpreter.
 """
-import ast
 import importlib
 import sys
 
-import nbformat
 import pytest
 import torch
 
-from course import ROOT
+from course import ROOT, notebook_calls
 from tritoncourse.checks import fused_attention as fa
 
 NOTEBOOK = ROOT / "source" / "06_fused_attention" / "06_fused_attention.ipynb"
 SEEDS = range(1, 9)
 
 
-def notebook_calls(name):
-    """(grade_id, keyword arguments) of every call of ``name`` in the notebook's test cells."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    cases = []
-    for cell in nb.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-        if cell.cell_type != "code" or not gid.startswith("test_"):
-            continue
-        body = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%%"))
-        for node in ast.walk(ast.parse(body)):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == name:
-                kw = {}
-                for k in node.keywords:
-                    if isinstance(k.value, ast.Attribute):  # dtype=torch.float16
-                        kw[k.arg] = getattr(torch, k.value.attr)
-                    else:
-                        kw[k.arg] = ast.literal_eval(k.value)
-                cases.append((gid, kw))
-    return cases
-
-
-ATTENTION = notebook_calls("check_attention")
-LAYER_NORM = notebook_calls("check_layer_norm")
+ATTENTION = notebook_calls(NOTEBOOK, "check_attention")
+LAYER_NORM = notebook_calls(NOTEBOOK, "check_layer_norm")
 
 
 def _setup(kw, seed):

@@ -2,7 +2,6 @@
 
 Fast: torch only, except two small kernel launches on the interpreter (or the GPU).
 """
-import ast
 import importlib.util
 from collections import defaultdict
 
@@ -10,7 +9,7 @@ import nbformat
 import pytest
 import torch
 
-from course import ROOT
+from course import ROOT, notebook_calls
 from tritoncourse.checking import KernelCheckError
 from tritoncourse.checks import matmul_relu as mr
 from tritoncourse.grading.isolated import KERNEL_HEADER
@@ -19,22 +18,7 @@ from tritoncourse.grading.source import kernels_from_notebook
 NOTEBOOK = ROOT / "source" / "03_matmul_relu" / "03_matmul_relu.ipynb"
 
 
-def notebook_cases():
-    """(grade_id, keyword arguments) of every check_matmul_relu call in the notebook's test cells."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    cases = []
-    for cell in nb.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-        if cell.cell_type != "code" or not gid.startswith("test_"):
-            continue
-        body = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%%"))
-        for node in ast.walk(ast.parse(body)):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check_matmul_relu":
-                cases.append((gid, {k.arg: ast.literal_eval(k.value) for k in node.keywords}))
-    return cases
-
-
-CASES = notebook_cases()
+CASES = notebook_calls(NOTEBOOK, "check_matmul_relu")
 SEEDS = range(1, 11)
 
 

@@ -28,7 +28,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, graded_test_ids, nbgrader
+from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, gradebook_rows, graded_test_ids, nbgrader
 
 A = "01_vector_add"
 RETAKE = "01_vector_add_retake"  # a second assignment: trouble in one must not touch the other
@@ -583,25 +583,6 @@ def submit_class(c: Course, learners: list[Learner], serial_only: bool = False) 
             nbformat.write(c.source_notebook(RETAKE), retake / f"{RETAKE}.ipynb")
 
 
-def gradebook_rows(path: Path) -> dict:
-    """Every value autograde writes, by (assignment, student): timestamps, penalties, scores, comments."""
-    from nbgrader.api import Gradebook
-
-    rows = {}
-    with Gradebook(f"sqlite:///{path / 'gradebook.db'}") as gb:
-        for assignment in gb.assignments:
-            for sub in assignment.submissions:
-                nbs = {}
-                for nb in sub.notebooks:
-                    nbs[nb.name] = {
-                        "late_penalty": nb.late_submission_penalty,
-                        "grades": {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade, g.score)
-                                   for g in nb.grades},
-                        "comments": {cm.name: (cm.auto_comment, cm.manual_comment) for cm in nb.comments}}
-                rows[(assignment.name, sub.student.id)] = {"timestamp": str(sub.timestamp), "notebooks": nbs}
-    return rows
-
-
 @dataclass
 class Graded:
     parallel: Course
@@ -695,10 +676,10 @@ def test_grading_can_be_stopped_and_restarted(graded_class):
     regraded = set(re.findall(r"^\[\d+/\d+\] (\S+):", g.second_run.stdout, re.M))
     assert done_first and not done_first & regraded, (done_first, regraded)
     # A third run has nothing left to do and leaves the gradebook as it is.
-    rows = gradebook_rows(g.parallel.path)
+    rows = gradebook_rows(f"sqlite:///{g.parallel.path / 'gradebook.db'}")
     third = tc("grade", "--course", str(g.parallel.path), *_grade_flags(), frozen=g.parallel.path)
     assert "0 notebook(s) to grade" in third.stdout, third.stdout
-    assert gradebook_rows(g.parallel.path) == rows
+    assert gradebook_rows(f"sqlite:///{g.parallel.path / 'gradebook.db'}") == rows
 
 
 @pytest.mark.slow
@@ -748,7 +729,8 @@ def test_each_trouble_costs_only_its_own_points(graded_class):
 @pytest.mark.slow
 def test_parallel_grades_equal_serial_grades(serial_class):
     g = serial_class
-    parallel, serial = gradebook_rows(g.parallel.path), gradebook_rows(g.serial.path)
+    parallel = gradebook_rows(f"sqlite:///{g.parallel.path / 'gradebook.db'}")
+    serial = gradebook_rows(f"sqlite:///{g.serial.path / 'gradebook.db'}")
     compared = [k for k in serial if k in parallel]
     assert len(compared) >= 20, compared
     diffs = {k: (parallel[k], serial[k]) for k in compared if parallel[k] != serial[k]}

@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, graded_test_ids
+from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, gradebook_rows, graded_test_ids
 from postgres import Postgres, PostgresMissing, free_port
 
 A = "01_vector_add"
@@ -85,25 +85,6 @@ def _new_course(path: Path, db_url: str | None = None, learners: int = CLASS_SIZ
     for fx in class_fixtures()[:learners]:
         c.submit(fx.name, A, fx.notebook(release, source))
     return c
-
-
-def gradebook_rows(url: str) -> dict:
-    """Every value autograde writes, by (assignment, student), read through nbgrader's API."""
-    from nbgrader.api import Gradebook
-
-    rows = {}
-    with Gradebook(url) as gb:
-        for assignment in gb.assignments:
-            for sub in assignment.submissions:
-                nbs = {}
-                for nb in sub.notebooks:
-                    nbs[nb.name] = {
-                        "late_penalty": nb.late_submission_penalty,
-                        "grades": {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade, g.score)
-                                   for g in nb.grades},
-                        "comments": {cm.name: (cm.auto_comment, cm.manual_comment) for cm in nb.comments}}
-                rows[(assignment.name, sub.student.id)] = {"timestamp": str(sub.timestamp), "notebooks": nbs}
-    return rows
 
 
 def row_counts(url: str) -> dict[str, int]:

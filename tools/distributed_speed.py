@@ -31,6 +31,9 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tools"))
+from grading_speed import device  # noqa: E402  (the machine, said the same way in both records)
+
 A = "01_vector_add"
 DOCS = ROOT / "docs" / "INSTRUCTORS.md"
 BEGIN, END = "<!-- dask-timing:begin -->", "<!-- dask-timing:end -->"
@@ -45,17 +48,6 @@ def env(**extra) -> dict:
     e.pop("TRITONCOURSE_DB_URL", None)
     e.update(extra)
     return e
-
-
-def device() -> str:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return f"gpu: {torch.cuda.get_device_name(0)}"
-    except Exception:
-        pass
-    return f"cpu: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Triton interpreter"
 
 
 def make_course(tmp: Path, name: str, learners: int, db_url: str | None = None) -> tuple[Path, dict]:
