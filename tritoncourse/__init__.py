@@ -1,7 +1,8 @@
 """The Triton kernels course's helper package.
 
 Modules by concern: ``device`` (GPU or interpreter), ``checking`` (comparisons, guards, fences),
-``checks`` (per-phase kernel checks), ``benchmarking`` (timing and recorded GPU results),
+``checks`` (per-phase kernel checks), ``benchmarking`` (timing and recorded GPU results), ``compiled``
+(what the compiler made, on any machine),
 ``widgets`` (interactive pictures), ``learner`` (the learner's checks and hand-in), ``grading`` (the
 trust boundary: sandbox, isolated tests, nbgrader steps), ``classroom`` (the instructor's workflow).
 """
