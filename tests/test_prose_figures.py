@@ -77,6 +77,18 @@ def one_block_vs_torch() -> tuple[float, float]:
     return min(ratios), max(ratios)
 
 
+def attention(column: str, **where) -> list[float]:
+    """A column of the fused-attention record over the rows that match (seq_len_from: seq_len at least)."""
+    cols = BENCH["fused_attention"]["columns"]
+    least = where.pop("seq_len_from", 0)
+    return [r[cols.index(column)] for r in BENCH["fused_attention"]["rows"]
+            if r[cols.index("seq_len")] >= least and all(r[cols.index(k)] == v for k, v in where.items())]
+
+
+def span(values: list[float], fmt: str, sep: str) -> str:
+    return f"{min(values):{fmt}}{sep}{max(values):{fmt}}"
+
+
 TILE = "BLOCK_M={}, BLOCK_N={}, BLOCK_K={}, GROUP_M={}, num_warps={}, num_stages={}"
 
 
@@ -120,6 +132,15 @@ def claims() -> list[tuple[str, str]]:
                           f"({autotuned('M=N=K=4096 fp16', 'cuBLAS a@b'):.0f} and "
                           f"{autotuned('M=N=K=8192 fp16', 'cuBLAS a@b'):.0f})"),
         ("05_autotuning", f"({sweep(4096, big):.0f} against {sweep(4096, TILE.format(128, 256, 64, 8, 8, 3)):.0f} TFLOP/s)"),
+        ("04_benchmarking", f"phase 2's own table has it at {lo:.2f}× to {hi:.2f}× over its shapes"),
+        ("06_fused_attention", f"reached {span(attention('Triton/FA2'), '.1f', ' to ')}× the FlashAttention-2 backend at "
+                               f"every shape ({span(attention('Triton/FA2', seq_len_from=2048), '.1f', ' to ')}× from "
+                               f"seq_len 2048 on), "
+                               f"{span(attention('Triton/default', head_dim=64, seq_len_from=4096), '.2f', '–')}× cuDNN "
+                               f"at head_dim 64 and "
+                               f"{span(attention('Triton/default', head_dim=128, seq_len_from=4096), '.2f', '–')}× at "
+                               "head_dim 128 (seq_len ≥ 4096)"),
+        ("06_fused_attention", f"The naive torch version reached {span(attention('naive TFLOP/s'), '.0f', '–')} TFLOP/s"),
     ]
 
 
@@ -139,7 +160,39 @@ def test_prose_figure_matches_the_record(assignment, phrase):
 # Figures the prose quotes from runs the record does not hold: each must be in docs/GPU-RUNS.md as written.
 EXPLORATION = {
     "02_softmax": ["2499", "3250"],
+    "03_matmul_relu": ["624", "580", "1.00", "0.93", "575", "541"],  # 128x256 against 128x128 tiles
+    "05_autotuning": ["706", "614"],  # the autotuner's cold first config
+    "06_fused_attention": ["54"],  # a choice of the autotuner at seq_len 1024
 }
+
+# Figures that are not measurements, by what they are: vendors' nominal peaks, round numbers an exercise gives,
+# a model's prediction, a unit example, a compiler fact (tests/test_compiled.py checks the 4x more loads).
+NOMINAL = {
+    "02_softmax": ["4"],  # the fused softmax moves 4x fewer bytes: a count of bytes
+    "03_matmul_relu": ["990", "3.35", "4.8", "700", "4"],  # H100/H200 datasheets; "about 700 TFLOP/s and 4 TB/s"
+    "04_benchmarking": ["2.3", "3000", "4"],  # 7/3 (the bytes' ratio), 3e9 bytes in 1 ms, the softmax's model
+    "05_autotuning": ["4"],  # 4x as many load instructions
+    "06_fused_attention": ["700", "4.8"],  # the exercise's round GPU
+}
+# A measured figure in prose: a ratio (1.23×, not a tile's 128×64) or a rate, alone or as a range.
+FIGURE = re.compile(r"(?<![\w.·])(\d+(?:\.\d+)?)(?:\s*(?:–|to|and)\s*(\d+(?:\.\d+)?))?\s*(×(?!\s*\d)|TFLOP/s|GB/s|TB/s)")
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "source").iterdir() if (p / f"{p.name}.ipynb").exists())
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_figure_in_the_prose_is_checked(assignment):
+    """Every ratio and rate a notebook's prose states is in a claim above (computed from the record), in
+    EXPLORATION (in docs/GPU-RUNS.md as written) or in NOMINAL (not a measurement): none goes stale unseen."""
+    covered = " ".join([p for a, p in claims() if a == assignment] + EXPLORATION.get(assignment, [])
+                       + NOMINAL.get(assignment, []))
+    text = _markdown(assignment)
+    unchecked = []
+    for m in FIGURE.finditer(text):
+        for number in filter(None, m.groups()[:2]):
+            if not re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", covered):
+                unchecked.append(f"{number}{m.group(3)}: ...{text[max(0, m.start() - 80):m.end() + 20]}...")
+    assert not unchecked, (f"source/{assignment} states figures no test checks; compute them from the record in "
+                           "claims(), or list them in EXPLORATION or NOMINAL:\n" + "\n".join(unchecked))
 
 
 @pytest.mark.parametrize("assignment", sorted(EXPLORATION))
