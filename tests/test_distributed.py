@@ -9,6 +9,7 @@ the endless kernel, which only waits for time limits) is graded three ways, with
 - five of them by ``--scheduler`` on a separate scheduler and workers, through every fault at once: a worker
   killed that never comes back, the scheduler killed and restarted (new workers), the coordinator killed and
   started again.
+- four of them by ``--cluster slurm`` on a one-node Slurm this module starts (tests/slurm.py), two batch jobs.
 Every gradebook value must equal the reference's, and no learner may be lost or doubled.
 """
 from __future__ import annotations
@@ -31,11 +32,13 @@ import pytest
 
 from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, gradebook_rows, graded_test_ids
 from postgres import Postgres, PostgresMissing, free_port
+from slurm import Slurm, SlurmMissing
 
 A = "01_vector_add"
 SEED = "20261125"
 CLASS_SIZE = 20
 FAULT_CLASS = 5
+SLURM_CLASS = 4
 
 
 # ------------------------------------------------------------------------------------------ PostgreSQL
@@ -362,6 +365,54 @@ def test_a_learner_copy_of_the_gradebook_holds_that_learner_alone(dask_pg, tmp_p
 
 
 # ------------------------------------------------------------------------------------------ every fault at once
+
+# ------------------------------------------------------------------------------------------ Slurm
+
+@pytest.fixture(scope="module")
+def slurm():
+    try:
+        cluster = Slurm.start()
+    except SlurmMissing as err:
+        if os.environ.get("CI") and os.geteuid() == 0:
+            pytest.fail(f"{err} (CI's set-up, tools/system-deps.sh, must have installed it)", pytrace=False)
+        pytest.skip(str(err))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_slurm_cluster_grades_like_serial_nbgrader(slurm, serial, tmp_path_factory):
+    """`grade --cluster slurm --jobs 2` on a real Slurm (dask-jobqueue's SLURMCluster: one batch job per worker,
+    set up by Dask's configuration as docs/INSTRUCTORS.md shows): every learner graded once, in a Slurm job, with
+    serial nbgrader's grades; no job left behind."""
+    pytest.importorskip("dask_jobqueue")
+    c = _new_course(tmp_path_factory.mktemp("slurm") / "course", learners=SLURM_CLASS)
+    jobs = tmp_path_factory.mktemp("slurm-jobs")
+    config = {  # Dask's configuration as environment variables: what ~/.config/dask/jobqueue.yaml would say
+        "DASK_JOBQUEUE__SLURM__CORES": "1", "DASK_JOBQUEUE__SLURM__PROCESSES": "1",
+        "DASK_JOBQUEUE__SLURM__MEMORY": "2GB", "DASK_JOBQUEUE__SLURM__WALLTIME": "00:30:00",
+        "DASK_JOBQUEUE__SLURM__QUEUE": "grading", "DASK_JOBQUEUE__SLURM__LOG_DIRECTORY": str(jobs / "logs"),
+        "DASK_JOBQUEUE__SLURM__LOCAL_DIRECTORY": str(jobs / "work")}
+    start = time.monotonic()
+    r = subprocess.run(grade_cmd(c, "--cluster", "slurm", "--jobs", "2"), cwd=c.path,
+                       env=_env(c.path, **slurm.env(), **config), capture_output=True, text=True, timeout=1800)
+    seconds = time.monotonic() - start
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:] + "\n" + slurm.logs()
+    names = sorted(fx.name for fx in class_fixtures()[:SLURM_CLASS])
+    reported = re.findall(rf"^\[\d+/{SLURM_CLASS}\] {A}/(\S+): .*\(\d+\.\d s on (\S+)\)", out, re.M)
+    assert sorted(s for s, _ in reported) == names, out[-6000:]
+    assert all(w.startswith("SLURMCluster-") for _, w in reported), reported  # graded in Slurm jobs
+    assert list((jobs / "logs").glob("dask-worker-*.err")), "no Slurm job wrote its log"
+    rows, reference = gradebook_rows(sqlite_url(c)), gradebook_rows(sqlite_url(serial))
+    assert rows == {k: reference[k] for k in rows} and len(rows) == SLURM_CLASS, \
+        {k: (rows[k], reference[k]) for k in rows if rows[k] != reference[k]}
+    deadline = time.monotonic() + 60
+    while slurm.jobs() and time.monotonic() < deadline:  # the cluster's jobs end with the grading
+        time.sleep(1)
+    assert not slurm.jobs(), slurm.jobs()
+    print(f"slurm: {SLURM_CLASS} learners in {seconds:.0f} s")
+
 
 class DaskProcesses:
     """A scheduler and workers as separate processes (what `dask scheduler` / `dask worker` run on a cluster),

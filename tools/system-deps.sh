@@ -5,6 +5,8 @@
 #   docker-compose    Debian's 1.29, validates docker/compose.yaml with no Docker engine
 #   fonts-dejavu-core fonts for the browser's screenshots
 #   postgresql        Debian's PostgreSQL server for tests/test_distributed.py (started by the test itself)
+#   slurmd slurmctld slurm-client munge
+#                     a one-node Slurm for tests/test_distributed.py's `grade --cluster slurm` (started by the test)
 # As root (CI, a fresh machine) it installs what is missing with apt-get; as another user it installs nothing and
 # names the one command to run. Installs only what is missing: running it again costs a fraction of a second.
 set -euo pipefail
@@ -17,6 +19,10 @@ command -v docker-compose >/dev/null 2>&1 || packages+=(docker-compose)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || packages+=(fonts-dejavu-core)
 # -- issue 21: PostgreSQL's server, which tests/test_distributed.py starts for a gradebook on PostgreSQL --
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || packages+=(postgresql)
+[ -x /usr/sbin/slurmctld ] || packages+=(slurmctld)
+[ -x /usr/sbin/slurmd ] || packages+=(slurmd)
+command -v sbatch >/dev/null 2>&1 || packages+=(slurm-client)
+[ -x /usr/sbin/munged ] || packages+=(munge)
 # -- end of issue 21 --
 
 if [ ${#packages[@]} -eq 0 ]; then
