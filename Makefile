@@ -72,7 +72,7 @@ system-deps:
 	@bash tools/system-deps.sh
 
 test: system-deps venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 release: venv
 	@for a in $(ASSIGNMENTS); do \
