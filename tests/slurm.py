@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from postgres import free_port
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
 
@@ -22,20 +24,14 @@ class SlurmMissing(RuntimeError):
 
 
 def _daemon(name: str) -> str | None:
-    return shutil.which(name) or next((str(p) for p in (Path("/usr/sbin") / name,) if p.exists()), None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A Slurm or munge program: on PATH, or in /usr/sbin (not on a non-root user's PATH)."""
+    return shutil.which(name) or (str(Path("/usr/sbin") / name) if (Path("/usr/sbin") / name).exists() else None)
 
 
 @dataclass
 class Slurm:
     folder: Path
     conf: Path
-    pids: dict
 
     @classmethod
     def start(cls, cpus: int | None = None) -> "Slurm":
@@ -65,8 +61,8 @@ class Slurm:
         conf.write_text("\n".join([
             "ClusterName=tritoncourse",
             f"SlurmctldHost={host}",
-            f"SlurmctldPort={_free_port()}",
-            f"SlurmdPort={_free_port()}",
+            f"SlurmctldPort={free_port()}",
+            f"SlurmdPort={free_port()}",
             "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={sock}",
             "SlurmUser=root", "SlurmdUser=root",
             # No cgroups here (CI's machines, containers): processes tracked by their parent, no task plugin.
@@ -86,7 +82,7 @@ class Slurm:
                                timeout=60)
             if r.returncode != 0:
                 raise RuntimeError(f"{daemon} did not start: {r.stderr}\n{cls._logs(folder)}")
-        cluster = cls(folder, conf, {})
+        cluster = cls(folder, conf)
         deadline = time.monotonic() + 60
         while True:  # the node must be idle before a job can start
             r = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True, timeout=30)
