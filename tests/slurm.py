@@ -60,7 +60,7 @@ class Slurm:
         conf = folder / "slurm.conf"
         conf.write_text("\n".join([
             "ClusterName=tritoncourse",
-            f"SlurmctldHost={host}",
+            f"SlurmctldHost={host}(127.0.0.1)",  # by address: the host name may not resolve here
             f"SlurmctldPort={free_port()}",
             f"SlurmdPort={free_port()}",
             "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={sock}",
@@ -77,8 +77,8 @@ class Slurm:
             "PartitionName=grading Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
         ]) + "\n")
         env = dict(os.environ, SLURM_CONF=str(conf))
-        for daemon in ("slurmctld", "slurmd"):
-            r = subprocess.run([_daemon(daemon), "-f", str(conf)], env=env, capture_output=True, text=True,
+        for daemon, extra in (("slurmctld", []), ("slurmd", ["-N", host])):
+            r = subprocess.run([_daemon(daemon), "-f", str(conf), *extra], env=env, capture_output=True, text=True,
                                timeout=60)
             if r.returncode != 0:
                 raise RuntimeError(f"{daemon} did not start: {r.stderr}\n{cls._logs(folder)}")
