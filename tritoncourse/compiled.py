@@ -22,8 +22,6 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 
-#: Compute capabilities of the GPUs the course names (Triton's ``GPUTarget("cuda", cc, 32)``).
-ARCHS = {"H100 / H200": 90, "A100": 80, "L4 / RTX 4090": 89}
 STAGES = ("ttir", "ttgir", "llir", "ptx")
 TIMEOUT_S = 300
 
@@ -185,12 +183,13 @@ def _child() -> None:  # pragma: no cover - runs in the child process, tested th
         lines += [f"{k} = {v}" for k, v in req["constants"].items()]
         for src in list(req["helpers"].values()) + [req["source"]]:
             lines += ["", "@triton.jit", src]
+        text = "\n".join(lines) + "\n"
         with open(module_path, "w") as f:
-            f.write("\n".join(lines) + "\n")
+            f.write(text)
         module = types.ModuleType("learner_kernel")
         module.__file__ = module_path
         sys.modules["learner_kernel"] = module
-        exec(compile(open(module_path).read(), module_path, "exec"), module.__dict__)
+        exec(compile(text, module_path, "exec"), module.__dict__)
         jit = module.__dict__[req["name"]]
 
         target = GPUTarget("cuda", req["arch"], 32)

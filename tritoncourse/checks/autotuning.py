@@ -988,30 +988,29 @@ def gpu_limits(gpu: GPU) -> dict:
             "shared_per_program": gpu.shared_per_program}
 
 
-def _occupancy_variants(registers: int, num_warps: int, shared: int, gpu: GPU) -> dict[str, int]:
-    """What a learner's programs_per_sm returns for each realistic slip, to name the one that was made."""
-    threads = num_warps * WARP_SIZE
-    exact_regs = gpu.registers_per_sm // (registers * threads)
-    rounded_regs = gpu.registers_per_sm // (math.ceil(registers * WARP_SIZE / 256) * 256 * num_warps)
+def _occupancy_variants(registers: int, num_warps: int, shared: int, gpu: GPU, limits: dict) -> dict[str, int]:
+    """What a learner's programs_per_sm returns for each realistic slip, to name the one that was made; ``limits``
+    are :func:`occupancy`'s for the same kernel."""
+    threads, regs, slots = limits["threads"], limits["registers"], limits["program slots"]
+    by_shared = limits.get("shared memory", 10**9)
+    exact_regs = gpu.registers_per_sm // (registers * num_warps * WARP_SIZE)
+    no_reserve = gpu.shared_per_sm // shared if shared else 10**9
     # No separate "fits at all" test: each GPU's shared_per_program is its shared_per_sm less the 1 KB reserve.
     fits = shared <= gpu.shared_per_program
-    by_shared = gpu.shared_per_sm // (shared + 1024) if shared else 10**9
-    base = [gpu.threads_per_sm // threads, rounded_regs, gpu.programs_per_sm, by_shared]
     variants = {
         "registers are allocated per warp in units of 256, so a thread's count is rounded up to a multiple of 8 "
-        f"({registers} registers take {math.ceil(registers / 8) * 8})":
-            min(base[0], exact_regs, base[2], base[3]) if fits else 0,
+        f"({registers} registers take {math.ceil(registers / 8) * 8})": min(threads, exact_regs, slots, by_shared),
         "the driver reserves 1 KB of shared memory per program: divide by (shared_bytes + 1024)":
-            min(base[0], base[1], base[2], gpu.shared_per_sm // shared if shared else 10**9) if fits else 0,
+            min(threads, regs, slots, no_reserve),
         "an SM holds at most gpu['programs_per_sm'] programs however small they are (the program slots)":
-            min(base[0], base[1], base[3]) if fits else 0,
+            min(threads, regs, by_shared),
         "the threads: an SM runs at most gpu['threads_per_sm'] threads, a program has 32 * num_warps":
-            min(base[1], base[2], base[3]) if fits else 0,
+            min(regs, slots, by_shared),
         "the registers: a program takes (registers rounded up to a multiple of 8) * 32 * num_warps of the SM's "
-        "gpu['registers_per_sm']": min(base[0], base[2], base[3]) if fits else 0,
-        "the shared memory: gpu['shared_per_sm'] // (shared_bytes + 1024) programs fit": min(base[:3]) if fits else 0,
+        "gpu['registers_per_sm']": min(threads, slots, by_shared),
+        "the shared memory: gpu['shared_per_sm'] // (shared_bytes + 1024) programs fit": min(threads, regs, slots),
     }
-    return variants
+    return {why: value if fits else 0 for why, value in variants.items()}
 
 
 def _programs_cases(rng, count: int) -> list[tuple[int, int, int, GPU]]:
@@ -1067,8 +1066,8 @@ def check_programs_per_sm(programs_per_sm, count: int = 0, seed: int | None = No
         if got == want["programs"]:
             continue
         limits = ", ".join(f"{k}: {v}" for k, v in want["limits"].items())
-        causes = [why for why, value in _occupancy_variants(registers, warps, shared, gpu).items()
-                  if value == got]
+        variants = _occupancy_variants(registers, warps, shared, gpu, want["limits"])
+        causes = [why for why, value in variants.items() if value == got]
         hint = causes[0] if causes else ("take the fewest of the four limits: threads, registers, shared memory "
                                          "(with its 1 KB reserve) and program slots.")
         raise KernelCheckError(f"{shown} returned {got}, expected {want['programs']} programs (limits: {limits}; "

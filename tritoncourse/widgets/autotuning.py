@@ -323,17 +323,6 @@ def compiled_resources(kernel, launch, gpu: str | None = None) -> list[dict]:
     return rows
 
 
-def print_resources(rows: list[dict]) -> None:
-    """One line per compiled config: registers, spills, shared memory, programs per SM."""
-    print(f"{'config':<72} {'regs':>5} {'spills':>6} {'shared KB':>9} {'prog/SM':>7} {'occup.':>6}  bound by")
-    for r in rows:
-        if "error" in r:
-            print(f"{r['config']:<72} does not compile here: {r['error']}")
-            continue
-        print(f"{r['config']:<72} {r['registers']:>5} {r['spills']:>6} {r['shared KB']:>9.1f} {r['programs/SM']:>7} "
-              f"{r['occupancy %']:>5.0f}%  {r['bound by']}")
-
-
 def print_compiled(configs, compiled, programs_per_sm=None, gpu_limits: dict | None = None,
                    gpu: str = "H100 SXM / H200") -> None:
     """One line per config compiled by :func:`tritoncourse.compiled.compile_configs`: registers, spilled
