@@ -301,13 +301,13 @@ def test_learner_runs_notebook_moves_widget_and_validates(lab):
 def _drive(page, lab: JupyterLab, shot, expect) -> None:
     # 1. Open the notebook; the kernel starts.
     page.goto(f"{lab.base}/lab/tree/{PHASE}.ipynb?token={lab.token}")
-    code_cells = page.locator(".jp-NotebookPanel:visible .jp-CodeCell")
+    code_cells = page.locator(f"{PANEL} .jp-CodeCell")
     expect(code_cells.nth(9)).to_be_attached(timeout=120_000)
     n_code = code_cells.count()
     lab.wait_kernel_idle()
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=60_000)
     # The learner's JupyterLab: nbgrader's Validate button; no Nbgrader menu (formgrader, courses).
-    expect(page.locator(".jp-NotebookPanel:visible .validate-button")).to_have_count(1)
+    expect(page.locator(f"{PANEL} .validate-button")).to_have_count(1)
     menus = page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
     assert "Run" in menus and "Nbgrader" not in menus, f"the menu bar shows {menus}"
     shot("01-opened")
@@ -326,7 +326,7 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
     shot("03-tests-passed")
 
     # 3. The widget: a BLOCK_SIZE dropdown whose picture changes when it moves.
-    widget_cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
+    widget_cell = page.locator(f"{PANEL} .jp-CodeCell",
                                has=page.locator(".widget-dropdown", has_text="BLOCK_SIZE"))
     expect(widget_cell).to_have_count(1, timeout=30_000)
     dropdown = widget_cell.locator(".widget-dropdown", has_text="BLOCK_SIZE")
@@ -348,7 +348,7 @@ def _drive(page, lab: JupyterLab, shot, expect) -> None:
     shot("05-widget-block-size-16")
 
     # 4. nbgrader's Validate button: it saves, runs the notebook in a fresh kernel and reports.
-    page.locator(".jp-NotebookPanel:visible .validate-button").click()
+    page.locator(f"{PANEL} .validate-button").click()
     message = page.locator("#validation-message")
     expect(message).to_have_count(1, timeout=VALIDATE_TIMEOUT_S * 1000)
     text = message.inner_text()
@@ -440,8 +440,7 @@ def _run_phase_pictures(page, lab: JupyterLab, phase: str, expect) -> None:
     plots, widgets = expected_pictures(pictures_notebook(phase))
     # A workspace of its own, reset: only this notebook is open (the layout of the phase before is not restored).
     page.goto(f"{lab.base}/lab/workspaces/{phase}/tree/{phase}.ipynb?reset&token={lab.token}")
-    panel = ".jp-NotebookPanel:visible"
-    code_cells = page.locator(f"{panel} .jp-CodeCell")
+    code_cells = page.locator(f"{PANEL} .jp-CodeCell")
     # JupyterLab attaches a long notebook's cells a few at a time: wait for the last one the file holds.
     n_code = sum(c.cell_type == "code" for c in pictures_notebook(phase).cells)
     expect(code_cells.nth(n_code - 1)).to_be_attached(timeout=120_000)
@@ -451,7 +450,7 @@ def _run_phase_pictures(page, lab: JupyterLab, phase: str, expect) -> None:
     page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text=f"{phase}.ipynb").click()
     run_all_cells(page, n_code)
     for k, call in enumerate(PLOT_CALLS):
-        cells = page.locator(f"{panel} .jp-CodeCell", has=page.locator(".cm-content", has_text=call))
+        cells = page.locator(f"{PANEL} .jp-CodeCell", has=page.locator(".cm-content", has_text=call))
         for i in range(cells.count()):
             cell = cells.nth(i)
             expect(cell.locator(".jp-OutputArea-output img").first).to_be_attached(timeout=30_000)  # a cell may draw two
@@ -459,11 +458,11 @@ def _run_phase_pictures(page, lab: JupyterLab, phase: str, expect) -> None:
                 not call.startswith("plot_recorded"), f"{phase}: a recorded plot does not say where it comes from"
             cell.evaluate("el => el.scrollIntoView({block: 'start'})")
             page.screenshot(path=str(PICTURES / f"{phase}-plot-{k}{i}.png"))
-    found_plots = sum(page.locator(f"{panel} .jp-CodeCell", has=page.locator(".cm-content", has_text=call)).count()
+    found_plots = sum(page.locator(f"{PANEL} .jp-CodeCell", has=page.locator(".cm-content", has_text=call)).count()
                       for call in PLOT_CALLS)
     assert found_plots == plots, f"{phase}: {found_plots} plot cells on the page, {plots} in the notebook"
     # Every widget cell shows a live control with its picture (an interact box, or a box of its own).
-    boxes = page.locator(f"{panel} .jp-CodeCell .jp-OutputArea-output .widget-box", has=page.locator("img"))
+    boxes = page.locator(f"{PANEL} .jp-CodeCell .jp-OutputArea-output .widget-box", has=page.locator("img"))
     expect(boxes.first).to_be_attached(timeout=60_000)
     assert boxes.count() >= widgets, f"{phase}: {boxes.count()} widgets with a picture, {widgets} widget cells"
     for i in range(boxes.count()):
@@ -496,14 +495,14 @@ def test_capstone_runs_and_its_tile_widget_follows(lab):
             page.set_default_timeout(60_000)
             try:
                 page.goto(f"{lab.base}/lab/tree/{CAPSTONE}.ipynb?token={lab.token}")
-                code_cells = page.locator(".jp-NotebookPanel:visible .jp-CodeCell")
+                code_cells = page.locator(f"{PANEL} .jp-CodeCell")
                 expect(code_cells.nth(20)).to_be_attached(timeout=120_000)
                 n_code = code_cells.count()
                 lab.wait_kernel_idle()
                 run_all_cells(page, n_code, 2 * RUN_ALL_TIMEOUT_S)
                 outputs = kernel_test_outputs(page)
                 assert len(outputs) == 16, f"found {len(outputs)} %%kernel_test cells"
-                widget_cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell",
+                widget_cell = page.locator(f"{PANEL} .jp-CodeCell",
                                            has=page.locator(".widget-dropdown", has_text="BLOCK_M"))
                 expect(widget_cell).to_have_count(1, timeout=30_000)
                 picture = widget_cell.locator(".jp-OutputArea-output img")
