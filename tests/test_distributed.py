@@ -39,6 +39,7 @@ SEED = "20261125"
 CLASS_SIZE = 20
 FAULT_CLASS = 5
 SLURM_CLASS = 4
+GPU_CLASS = 4
 
 
 # ------------------------------------------------------------------------------------------ PostgreSQL
@@ -57,7 +58,9 @@ def postgres():
 
 def _env(course: Path, **extra) -> dict:
     """Every process imports the course package from the course folder's frozen copy, with one seed."""
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(course),
+    # The frozen copy first; a PYTHONPATH already set (a GPU machine's carried packages) stays after it.
+    path = os.pathsep.join(p for p in (str(course), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=path,
                TRITONCOURSE_SEED=SEED)
     env.pop("TRITONCOURSE_DB_URL", None)
     env.update(extra)
@@ -284,6 +287,35 @@ def dask_pg(tmp_path_factory, postgres) -> DaskRun:
 
 def _scores(rows: dict, student: str) -> dict[str, float]:
     return {gid: g[3] for gid, g in rows[(A, student)]["notebooks"][A]["grades"].items()}
+
+
+def test_gpu_workers_grade_like_serial_nbgrader(tmp_path_factory):
+    """On a GPU machine, `grade --cluster local --gpu`: one worker per GPU, which sees only its GPU and takes one
+    grading at a time, gives the grades plain serial nbgrader gives (compute-sanitizer on in both). Runs only where
+    a GPU is (the device tool's machines; docs/GPU-RUNS.md records the runs)."""
+    from tritoncourse.classroom.distributed import visible_gpus
+
+    gpus = visible_gpus()
+    if not gpus:
+        pytest.skip("no GPU here: `--cluster local --gpu` is checked on a GPU machine (docs/GPU-RUNS.md)")
+    serial = _new_course(tmp_path_factory.mktemp("gpu-serial") / "course", learners=GPU_CLASS)
+    r = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", A, "--force"], cwd=serial.path,
+                       env=_env(serial.path), capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    c = _new_course(tmp_path_factory.mktemp("gpu-dask") / "course", learners=GPU_CLASS)
+    start = time.monotonic()
+    r = subprocess.run(grade_cmd(c, "--cluster", "local", "--gpu"), cwd=c.path, env=_env(c.path),
+                       capture_output=True, text=True, timeout=1800)
+    seconds = time.monotonic() - start
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    assert f"{len(gpus)} worker(s) now, {len(gpus)} grading(s) at a time" in out, out[-6000:]
+    reported = re.findall(rf"^\[\d+/{GPU_CLASS}\] {A}/(\S+): .*\(\d+\.\d s on (\S+)\)", out, re.M)
+    assert sorted(s for s, _ in reported) == sorted(fx.name for fx in class_fixtures()[:GPU_CLASS]), out[-6000:]
+    assert {w.split("@")[0] for _, w in reported} <= {f"gpu{g}" for g in gpus}, reported
+    rows, reference = gradebook_rows(sqlite_url(c)), gradebook_rows(sqlite_url(serial))
+    assert rows == reference, {k: (rows.get(k), reference.get(k)) for k in reference if rows.get(k) != reference[k]}
+    print(f"gpu workers: {GPU_CLASS} learners on {len(gpus)} GPU(s) in {seconds:.0f} s")
 
 
 @pytest.mark.slow
