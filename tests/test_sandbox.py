@@ -259,7 +259,9 @@ def test_memory_hog_is_stopped(box):
             error = type(err).__name__
         print(json.dumps({"mb": len(hog) * 64, "error": error}), flush=True)
     """
-    got = report(run_in(box(memory_mb=512), hog))
+    limited = box(memory_mb=512)
+    limited.gpu = False  # a CPU sandbox (the default where no GPU is): the address-space limit
+    got = report(run_in(limited, hog))
     assert got["error"] == "MemoryError" and got["mb"] < 512, got
     watched = box(memory_mb=384)
     watched.gpu = True  # no address-space limit: only the watchdog
