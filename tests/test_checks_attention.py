@@ -66,6 +66,43 @@ def test_attention_tolerance_passes_fp32_torch_and_catches_mistakes(gid, kw):
             assert _caught(wrong, ref, atol, rtol, dtype), (gid, kw, seed, name)
 
 
+def _kernel_arithmetic(q, k, v, causal, scale, block_n):
+    """The reference kernel's own arithmetic on the CPU: fp32 scores and sums, P rounded to V's dtype for P @ V,
+    O rounded once; what a correct fp16 or bf16 kernel computes on a GPU (tensor cores multiply exactly)."""
+    S = q.shape[-2]
+    m = torch.full(q.shape[:-1], float("-inf"))
+    l, acc = torch.zeros(q.shape[:-1]), torch.zeros(q.shape)
+    rows = torch.arange(S)[:, None]
+    for start in range(0, S, block_n):
+        s = (q.float() @ k[..., start:start + block_n, :].float().transpose(-2, -1)) * scale
+        if causal:
+            s = s.masked_fill(rows < torch.arange(start, min(start + block_n, S))[None, :], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1))
+        p = torch.exp(s - m_new[..., None])
+        alpha = torch.exp(m - m_new)
+        l = l * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + p.to(v.dtype).float() @ v[..., start:start + block_n, :].float()
+        m = m_new
+    return (acc / l[..., None]).to(q.dtype)
+
+
+HALF_CASES = [(g, kw) for g, kw in ATTENTION if kw.get("dtype") in fa.HALF]
+
+
+@pytest.mark.parametrize("gid,kw", HALF_CASES, ids=[f"{g}-{kw['dtype']}-{i}" for i, (g, kw) in enumerate(HALF_CASES)])
+def test_half_precision_kernel_arithmetic_is_within_the_tolerance(gid, kw):
+    """fp16 and bf16 (bf16 is graded on a GPU only): the kernel's own roundings stay within the GPU's tolerance on
+    every tested shape and seed, the scores' and P's roundings included."""
+    assert {kw["dtype"] for _, kw in HALF_CASES} == set(fa.HALF)
+    for seed in SEEDS:
+        q, k, v, scale, causal, ref, _, _ = _setup(kw, seed)
+        _, ref_lse = fa.attention_ref(q, k, v, causal, scale)
+        max_score = float(ref_lse.abs().max()) + torch.log(torch.tensor(float(kw["seq_len"]))).item()
+        atol, rtol, _ = fa.attention_tolerance(q.dtype, "cuda", max_score, float(v.abs().max()))
+        out = _kernel_arithmetic(q, k, v, causal, scale, kw.get("block_n", 16))
+        assert not _caught(out, ref, atol, rtol, q.dtype), (gid, kw, seed, (out.double() - ref).abs().max())
+
+
 @pytest.mark.parametrize("mistake,words", [
     (dict(rescale_acc=False), "not rescaled"), (dict(scale_after=True), "after the softmax"),
     (dict(drop_last=True), "last key tile is dropped"), (dict(diag=1, block_m=32), "off by one")])
@@ -117,3 +154,26 @@ def test_gpu_check_has_the_phase_6_sections():
     for block_m, block_n in ((16, 32), (48, 24)):
         with pytest.raises(ValueError, match="multiple of block_n"):
             nb.attention(q, k, v, True, block_m=block_m, block_n=block_n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_layer_norm_backward_tolerance_passes_fp32_arithmetic_and_catches_a_missing_term(dtype):
+    """dx computed in fp32 and rounded once to the dtype is within the tolerance; dx without the c2 = mean(w·dy)
+    term (rows of 300, as the bf16 case the GPU grades) is not. bf16 is graded on a GPU only."""
+    atol, rtol, _ = fa.LN_BACKWARD_TOLERANCES[dtype]
+    for seed in SEEDS:
+        g = torch.Generator().manual_seed(seed)
+        x = (torch.randn(9, 300, generator=g) * 2 + 0.5).to(dtype)
+        w = (torch.rand(300, generator=g) + 0.5).to(dtype)
+        b = torch.randn(300, generator=g).to(dtype)
+        dy = torch.randn(9, 300, generator=g).to(dtype)
+        dx_ref, _, _ = fa.layer_norm_backward_ref(x, w, b, dy, 1e-5)
+        xf, wdy = x.float(), w.float() * dy.float()
+        mean = xf.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(((xf - mean) ** 2).mean(-1, keepdim=True) + 1e-5)
+        xhat = (xf - mean) * rstd
+        c1, c2 = (xhat * wdy).mean(-1, keepdim=True), wdy.mean(-1, keepdim=True)
+        dx = ((wdy - (xhat * c1 + c2)) * rstd).to(dtype).double()
+        assert torch.allclose(dx, dx_ref, atol=atol, rtol=rtol), (dtype, seed, (dx - dx_ref).abs().max())
+        no_c2 = ((wdy - xhat * c1) * rstd).to(dtype).double()
+        assert not torch.allclose(no_c2, dx_ref, atol=atol, rtol=rtol), (dtype, seed)

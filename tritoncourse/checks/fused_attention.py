@@ -52,7 +52,10 @@ ROUNDOFF = {
     torch.float32: (2.0**-24, "fp32 keeps 24 significant bits"),
     torch.float16: (2.0**-11, "fp16 keeps 11 significant bits: the output is rounded once to fp16, and so are the "
                               "probabilities P before the P @ V tl.dot (tensor cores multiply fp16)"),
+    torch.bfloat16: (2.0**-8, "bf16 keeps 8 significant bits: the output is rounded once to bf16, and so are the "
+                              "probabilities P before the P @ V tl.dot (tensor cores multiply bf16)"),
 }
+HALF = (torch.float16, torch.bfloat16)  # P and O are rounded to these; the scores and the sums stay fp32
 TF32_ROUNDOFF = 2.0**-11  # a GPU's tl.dot rounds fp32 inputs to tf32 (10 stored mantissa bits) by default
 
 
@@ -126,6 +129,8 @@ LN_TOLERANCES = {
                                 "variance of up to a few thousand values, and one multiply-add"),
     torch.float16: (2e-3, 2e-3, "computed in fp32 and rounded once to fp16 (half an ulp is 4.9e-4 relative; "
                                 "the outputs reach |y| ~ 4, where an ulp is 2e-3)"),
+    torch.bfloat16: (4e-3, 8e-3, "computed in fp32 and rounded once to bf16: half an ulp is 3.9e-3 relative (8 "
+                                 "times fp16's), and nearly 0 for y near 0"),
 }
 LN_STATS_TOLERANCE = (1e-5, 1e-5, "the mean and 1/std are fp32 in every dtype")
 
@@ -304,10 +309,10 @@ def attention_tolerance(dtype: torch.dtype, device: str, max_score: float, max_v
     """
     u_out, why_out = ROUNDOFF[dtype]
     u_dot = TF32_ROUNDOFF if (dtype == torch.float32 and device == "cuda") else 2.0**-24
-    u_p = u_out if dtype == torch.float16 else u_dot
+    u_p = u_out if dtype in HALF else u_dot
     delta = 4 * (u_dot * max(max_score, 1.0) * 2 + u_p)
     atol = delta * max(max_v, 1.0) + 8 * u_out
-    rtol = 4 * u_out if dtype == torch.float16 else max(4 * u_dot, 1e-5)
+    rtol = 4 * u_out if dtype in HALF else max(4 * u_dot, 1e-5)
     why = (f"{why_out}; the scores (up to {max_score:.3g} here) are computed with unit roundoff {u_dot:.2g}"
            f"{' (tf32 on the GPU)' if u_dot == TF32_ROUNDOFF else ''}, and a relative error δ in the probabilities "
            f"moves O by at most δ·max|V| (max|V| = {max_v:.3g})")
@@ -531,6 +536,8 @@ LN_BACKWARD_TOLERANCES = {
                                 "rows' terms in another order than the fp64 reference"),
     torch.float16: (4e-3, 4e-3, "dx is rounded once to fp16 (4.9e-4 relative) after an fp32 computation; dw and "
                                 "db stay fp32"),
+    torch.bfloat16: (4e-3, 8e-3, "dx is rounded once to bf16 (3.9e-3 relative) after an fp32 computation; dw and "
+                                 "db stay fp32"),
 }
 
 
