@@ -66,26 +66,6 @@ def test_attention_tolerance_passes_fp32_torch_and_catches_mistakes(gid, kw):
             assert _caught(wrong, ref, atol, rtol, dtype), (gid, kw, seed, name)
 
 
-def _kernel_arithmetic(q, k, v, causal, scale, block_n):
-    """The reference kernel's own arithmetic on the CPU: fp32 scores and sums, P rounded to V's dtype for P @ V,
-    O rounded once; what a correct fp16 or bf16 kernel computes on a GPU (tensor cores multiply exactly)."""
-    S = q.shape[-2]
-    m = torch.full(q.shape[:-1], float("-inf"))
-    l, acc = torch.zeros(q.shape[:-1]), torch.zeros(q.shape)
-    rows = torch.arange(S)[:, None]
-    for start in range(0, S, block_n):
-        s = (q.float() @ k[..., start:start + block_n, :].float().transpose(-2, -1)) * scale
-        if causal:
-            s = s.masked_fill(rows < torch.arange(start, min(start + block_n, S))[None, :], float("-inf"))
-        m_new = torch.maximum(m, s.amax(-1))
-        p = torch.exp(s - m_new[..., None])
-        alpha = torch.exp(m - m_new)
-        l = l * alpha + p.sum(-1)
-        acc = acc * alpha[..., None] + p.to(v.dtype).float() @ v[..., start:start + block_n, :].float()
-        m = m_new
-    return (acc / l[..., None]).to(q.dtype)
-
-
 HALF_CASES = [(g, kw) for g, kw in ATTENTION if kw.get("dtype") in fa.HALF]
 
 
@@ -99,7 +79,8 @@ def test_half_precision_kernel_arithmetic_is_within_the_tolerance(gid, kw):
         _, ref_lse = fa.attention_ref(q, k, v, causal, scale)
         max_score = float(ref_lse.abs().max()) + torch.log(torch.tensor(float(kw["seq_len"]))).item()
         atol, rtol, _ = fa.attention_tolerance(q.dtype, "cuda", max_score, float(v.abs().max()))
-        out = _kernel_arithmetic(q, k, v, causal, scale, kw.get("block_n", 16))
+        # the kernel's own arithmetic: fp32 scores and sums, P rounded to V's dtype for P @ V, O rounded once
+        out = fa._tiled(q, k, v, causal, scale, kw.get("block_n", 16), compute=torch.float32, p_dtype=q.dtype)
         assert not _caught(out, ref, atol, rtol, q.dtype), (gid, kw, seed, (out.double() - ref).abs().max())
 
 
@@ -177,3 +158,15 @@ def test_layer_norm_backward_tolerance_passes_fp32_arithmetic_and_catches_a_miss
         assert torch.allclose(dx, dx_ref, atol=atol, rtol=rtol), (dtype, seed, (dx - dx_ref).abs().max())
         no_c2 = ((wdy - xhat * c1) * rstd).to(dtype).double()
         assert not torch.allclose(no_c2, dx_ref, atol=atol, rtol=rtol), (dtype, seed)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_an_output_never_written_is_named_in_every_dtype(dtype):
+    """The marker of an unwritten element survives the output's own dtype, so the diagnosis can find it."""
+    assert float(torch.tensor(fa.UNWRITTEN, dtype=dtype)) == fa.UNWRITTEN
+    kw = dict(batch=1, heads=2, seq_len=50, head_dim=16, block_m=32, block_n=16)
+    q, k, v, scale, causal, ref, atol, rtol = _setup(kw, 3)
+    _, ref_lse = fa.attention_ref(q, k, v, causal, scale)
+    out = torch.full(q.shape, fa.UNWRITTEN, dtype=dtype)
+    assert "nothing was written" in fa._attention_diagnose(out, None, q, k, v, causal, scale, 32, 16, (atol, rtol),
+                                                           ref_lse, "randn")

@@ -42,7 +42,7 @@ SIGNATURES = {
                "stride_ob, stride_oh, stride_om, stride_od, n_heads, seq_len, sm_scale, HEAD_DIM: tl.constexpr, "
                "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr)",
 }
-UNWRITTEN = -54321.0  # what every output element holds before the kernel runs
+UNWRITTEN = -54272.0  # what every output element holds before the kernel runs: exact in fp32, fp16 and bf16
 LAYOUTS = ("contiguous", "padded", "bshd")
 DTYPES = (torch.float32, torch.float16)
 MIN_BLOCK = 16  # tl.dot needs 16 along every side on a GPU
@@ -338,14 +338,15 @@ def make_qkv(batch, heads, seq_len, head_dim, dtype, data: str, seed: int):
 
 
 def _tiled(q, k, v, causal, sm_scale, block_n, *, rescale_acc=True, rescale_l=True, drop_last=False,
-           scale_after=False, diag=0, block_m=None):
-    """Replay a tiled online-softmax forward in fp64, with one mistake switched on; returns O."""
-    q, k, v = q.double().cpu(), k.double().cpu(), v.double().cpu()
+           scale_after=False, diag=0, block_m=None, compute=torch.float64, p_dtype=None):
+    """Replay a tiled online-softmax forward in ``compute`` (fp64), with one mistake switched on; returns O.
+    ``p_dtype``: round P to it before P @ V, as a kernel does (fp32 ``compute`` then replays a correct kernel)."""
+    q, k, v = q.to(compute).cpu(), k.to(compute).cpu(), v.to(compute).cpu()
     S = q.shape[-2]
     scale = 1.0 if scale_after else sm_scale
-    m = torch.full(q.shape[:-1], float("-inf"), dtype=torch.float64)
-    l = torch.zeros(q.shape[:-1], dtype=torch.float64)
-    acc = torch.zeros(q.shape, dtype=torch.float64)
+    m = torch.full(q.shape[:-1], float("-inf"), dtype=compute)
+    l = torch.zeros(q.shape[:-1], dtype=compute)
+    acc = torch.zeros(q.shape, dtype=compute)
     rows = torch.arange(S)[:, None]
     end = S // block_n * block_n if drop_last else S
     for start in range(0, end, block_n):
@@ -361,6 +362,7 @@ def _tiled(q, k, v, causal, sm_scale, block_n, *, rescale_acc=True, rescale_l=Tr
         p = torch.exp(s - m_safe[..., None])
         alpha = torch.where(finite, torch.exp(m - m_safe), torch.zeros_like(m))
         l = (l * alpha if rescale_l else l) + p.sum(-1)
+        p = p if p_dtype is None else p.to(p_dtype).to(compute)
         acc = (acc * alpha[..., None] if rescale_acc else acc) + p @ v[..., start:start + block_n, :]
         m = m_new
     o = acc / l[..., None]
