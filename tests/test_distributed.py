@@ -139,6 +139,19 @@ def gradings(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
+def running_gradings(pid: int, older_than: float) -> list[psutil.Process]:
+    """The gradings under ``pid`` that have run for more than ``older_than`` seconds. A grading may end at any
+    moment (psutil then raises NoSuchProcess): such a one is left out."""
+    out = []
+    for g in gradings(descendants(pid)):
+        try:
+            if time.time() - g.create_time() > older_than:
+                out.append(g)
+        except psutil.Error:
+            continue
+    return out
+
+
 def student_of(proc: psutil.Process) -> str:
     cmd = proc.cmdline()
     return cmd[cmd.index("--student") + 1]
@@ -264,15 +277,18 @@ def dask_pg(tmp_path_factory, postgres) -> DaskRun:
     out = Output(proc)
     try:
         out.wait_for(r"^\[1/")  # mid-run: one learner merged, gradings running on both workers
-        victim = None
+        victim = worker = None
         deadline = time.monotonic() + 300
-        while victim is None and time.monotonic() < deadline:
-            running = [g for g in gradings(descendants(proc.pid)) if time.time() - g.create_time() > 4]
-            victim = running[0] if running else None  # well inside its grading
+        while worker is None and time.monotonic() < deadline:
+            for g in running_gradings(proc.pid, 4):  # well inside its grading
+                try:
+                    worker, student, victim = g.parent(), student_of(g), g
+                except psutil.Error:  # it ended just now: look again
+                    continue
+                if worker is not None:
+                    break
             time.sleep(0.2)
-        assert victim is not None, out.text
-        worker = victim.parent()
-        student = student_of(victim)
+        assert worker is not None, out.text
         worker.kill()
         died = gone_within([victim.pid], 15)
         proc.wait(timeout=1800)
@@ -520,7 +536,7 @@ def faults(tmp_path_factory) -> FaultRun:
         # 1. worker "a" killed in the middle of a grading; it never comes back
         deadline, victim = time.monotonic() + 300, None
         while victim is None and time.monotonic() < deadline:
-            running = [g for g in gradings(descendants(dask.procs["a"].pid)) if time.time() - g.create_time() > 3]
+            running = running_gradings(dask.procs["a"].pid, 3)
             victim = running[0] if running else None
             time.sleep(0.2)
         assert victim is not None, out.text
