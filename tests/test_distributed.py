@@ -39,7 +39,9 @@ SEED = "20261125"
 CLASS_SIZE = 20
 FAULT_CLASS = 5
 SLURM_CLASS = 4
-GPU_CLASS = 4
+# `--cluster local --gpu` grades this many learners twice (serial nbgrader, then Dask) under compute-sanitizer: a GPU
+# machine's call is at most 600 s, and 4 learners twice did not finish in 490 s beside another suite (2026-11-25)
+GPU_CLASS = 2
 
 
 # ------------------------------------------------------------------------------------------ PostgreSQL

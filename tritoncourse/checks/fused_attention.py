@@ -324,7 +324,11 @@ LSE_TOLERANCE = {"cpu": (2e-5, 1e-5), "cuda": (2e-3, 1e-3)}  # plus the scores' 
 
 def make_qkv(batch, heads, seq_len, head_dim, dtype, data: str, seed: int):
     """Fresh Q, K, V. "randn": N(0, 1); "large": Q and K ~ N(0, 20²), scores of several hundred, so that exp
-    overflows without the max subtracted; "shifted": V ~ 1 + N(0, 1), so a lost normalisation shows."""
+    overflows without the max subtracted; "shifted": V ~ 1 + N(0, 1), so a lost normalisation shows; "huge_v": V ~
+    N(0, 1) · 2^17, past fp16's largest value (65504), so an accumulator (or P @ V) held in fp16 overflows (fp32 only:
+    on a GPU, where fp32 tl.dot rounds to tf32, the tolerance cannot tell an fp16 accumulator's rounding apart)."""
+    if data == "huge_v" and dtype != torch.float32:
+        raise ValueError("data='huge_v' is for fp32 inputs (the test is of an fp32 kernel's range)")
     g = generator(seed)
     shape = (batch, heads, seq_len, head_dim)
     q, k, v = (torch.randn(shape, generator=g) for _ in range(3))
@@ -332,8 +336,10 @@ def make_qkv(batch, heads, seq_len, head_dim, dtype, data: str, seed: int):
         q, k = q * 20, k * 20
     elif data == "shifted":
         v = v + 1.0
+    elif data == "huge_v":
+        v = v * 2.0**17
     elif data != "randn":
-        raise ValueError(f"data must be randn, large or shifted, got {data!r}")
+        raise ValueError(f"data must be randn, large, shifted or huge_v, got {data!r}")
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
@@ -384,6 +390,11 @@ def _attention_diagnose(o, lse, q, k, v, causal, sm_scale, block_m, block_n, tol
         if data == "large":
             return ("O holds NaN or inf with scores of several hundred: exp overflows unless the running maximum "
                     "is subtracted first (p = exp2(s - m_new), and alpha = exp2(m_old - m_new) for the rescale).")
+        if data == "huge_v":
+            return ("O holds inf or NaN with V's values past fp16's range (|V| up to "
+                    f"{float(v.abs().max()):.3g}, fp16 ends at 65504): the accumulator or P @ V is held in fp16. In an "
+                    "fp32 run keep everything fp32: acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32), and "
+                    "convert P only to V's own dtype (p.to(v.dtype)) for the tl.dot.")
         if causal and close(_tiled(q, k, v, causal, sm_scale, block_n, diag=-1)):
             return ("the causal mask is off by one: query i must see keys j <= i (the diagonal included), so "
                     "keep offs_m[:, None] >= cols[None, :]; with > instead, row 0 sees no key at all and is NaN.")
