@@ -1,0 +1,47 @@
+#!/bin/bash
+# Developers only, on the device machine (`run` with carry [".whl"]; .whl/ from tools/device-wheels.sh): installs the
+# carried wheels into /opt/site, then runs the named suites, PAR (2) at a time, none started with less than MIN (150)
+# seconds left of BUDGET, and leaves $OUT/batch.log and $OUT/logs.tgz. Suites: g01..g06 (tests/test_grading.py -k the
+# phase, sandboxed, compute-sanitizer on), dist (tests/test_distributed.py -k gpu), hog (the hostile memory hog, both
+# graders), ln (phase 6 LayerNorm re-recorded, on an H200 only). FIXTURES overrides the fixtures graded.
+# usage: bash tools/device-queue.sh BUDGET suite...   e.g. PAR=3 bash tools/device-queue.sh 560 g04 g05 g06 dist
+set -u
+T0=$(date +%s); BUDGET=$1; shift
+L=/tmp/logs; mkdir -p $L
+el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $L/batch.log; }
+if [ ! -f /opt/site/.done ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /opt/site .whl/*.whl \
+      > $L/pip.log 2>&1 && touch /opt/site/.done || { el "pip failed"; tail -20 $L/pip.log; }
+fi
+command -v bwrap >/dev/null || dpkg -x .whl/bubblewrap_*.deb /
+el "bwrap: $(bwrap --version)"
+export PYTHONPATH=/opt/site:$PWD PATH=/opt/site/bin:$PATH JUPYTER_PATH=/opt/site/share/jupyter PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a $L/batch.log
+python3 -c "import torch, triton, nbgrader, numpy, distributed; print('torch', torch.__version__, 'triton', triton.__version__, 'nbgrader', nbgrader.__version__, 'numpy', numpy.__version__, 'dask', distributed.__version__, 'python', __import__('sys').version.split()[0])" 2>&1 | tee -a $L/batch.log
+export TRITONCOURSE_GRADING_FLAGS="--IsolatedKernelTests.timeout_factor=1.0 --ResilientExecute.timeout=90 --IsolatedKernelTests.workers=2"
+export TRITONCOURSE_GRADING_SHARDS=${SHARDS:-3}
+export TRITONCOURSE_GRADING_FIXTURES=${FIXTURES:-wrong_unmasked_load_where,wrong_online_not_rescaled,wrong_k_tail_unmasked,wrong_fp16_accumulator,wrong_kernel_unmasked_loads,wrong_reads_fake_timer,wrong_programs_per_sm_true_division,wrong_shared_memory_over_227kb,wrong_unmasked_key_load}
+declare -A PH=([g01]=01_vector_add [g02]=02_softmax [g03]=03_matmul_relu [g04]=04_benchmarking [g05]=05_autotuning [g06]=06_fused_attention)
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+start() {
+  local s=$1 t; t=$(left); [ $t -lt ${MIN:-150} ] && { el "no time for $s"; return; }
+  el "start $s with $t s"
+  case $s in
+    g0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_grading.py -k ${PH[$s]} > $L/$s.log 2>&1 ;;
+    dist) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider -s tests/test_distributed.py -k gpu > $L/$s.log 2>&1 ;;
+    hog) TRITONCOURSE_HOSTILE_FIXTURES=hostile_memory_hog timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider \
+      tests/test_sandbox.py -k "memory_hog or learners_before or course_tree or forged or nothing_is_left or ends_in_time" > $L/$s.log 2>&1 ;;
+    ln) if nvidia-smi -L | grep -q H200; then timeout -s INT 80 python3 tools/gpu_check.py --bench --sections layer_norm --repeats 5 --out /tmp/gc \
+          --where "device machine (bare image, wheels carried)" > $L/$s.log 2>&1; cp results/gpu-results.json $OUT/gpu-results.json; else echo "not an H200" > $L/$s.log; fi ;;
+  esac
+  el "end $s rc=$?: $(grep -E '[0-9]+ (passed|failed|error)' $L/$s.log | tail -1)"
+}
+for s in "$@"; do
+  while [ $(jobs -r | wc -l) -ge ${PAR:-2} ]; do sleep 5; done
+  start $s &
+  sleep 2
+done
+while [ -n "$(jobs -r)" ]; do sleep 15; el "running: $(jobs -r | wc -l), load $(cut -d' ' -f1 /proc/loadavg)"; tar -C /tmp -czf $OUT/logs.tgz logs; done
+wait
+el "done"
+tar -C /tmp -czf $OUT/logs.tgz logs; cp $L/batch.log $OUT/
