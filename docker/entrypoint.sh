@@ -4,7 +4,8 @@
 #   lab                    JupyterLab on notebooks/ (port 8888); copies released notebooks not there yet
 #   check PHASE... | all   run a notebook's tests in fresh processes (exit code 0: every test passed)
 #   run PHASE... | all     run every cell of a notebook from the top in a fresh kernel, like Run All;
-#                          the file is not changed (exit code 0: no cell raised an error)
+#                          headless (each widget drawn once); the file is not changed (exit code 0: no cell
+#                          raised an error)
 #   reset PHASE            back up notebooks/PHASE.ipynb and restore the released version
 #   device                 where kernels run: the GPU (and nvidia-smi) or Triton's interpreter
 #   lab-instructor         JupyterLab on the whole course, for the instructor's image (formgrader)
@@ -102,7 +103,10 @@ check_one() {
 run_one() {
     local out
     out=$(mktemp -d)
-    if "$PYTHON" -m jupyter nbconvert --to notebook --execute --log-level=WARN \
+    # Headless: each widget draws its picture once and creates no ipywidgets object. With widgets, about one run
+    # in ten of a notebook waited forever for the widget cell's reply (jupyter/nbclient#312; seen here with
+    # ipykernel 7.4 on phase 5's first widget, 2026-11-25).
+    if TRITONCOURSE_HEADLESS=1 "$PYTHON" -m jupyter nbconvert --to notebook --execute --log-level=WARN \
             --ExecutePreprocessor.timeout=600 --output-dir="$out" "$1"; then
         echo "$1: every cell ran without an error."
         rm -rf "$out"

@@ -414,6 +414,12 @@ def test_entrypoint_checks_and_runs_phases(course):
     nbformat.write(learner_notebook(phases[0]), course / "notebooks" / f"{phases[0]}.ipynb")
     proc = _entrypoint(course, "check", f"notebooks/{phases[0]}.ipynb")
     assert proc.returncode == 0 and "0 failed" in proc.stdout, proc.stdout + proc.stderr
+    # `run` is a machine's run: headless, so no widget is made (with widgets, one run in ten of phase 5 hung).
+    probe = course / "notebooks" / "headless_probe.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os\nassert os.environ.get('TRITONCOURSE_HEADLESS') == '1', 'not headless'")]), probe)
+    proc = _entrypoint(course, "run", str(probe.relative_to(course)), timeout=180)
+    assert proc.returncode == 0 and "every cell ran without an error" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_entrypoint_refuses_a_missing_course(tmp_path):
