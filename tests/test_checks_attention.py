@@ -178,16 +178,17 @@ HUGE_V = [(g, kw) for g, kw in ATTENTION if kw.get("data") == "huge_v"]
 @pytest.mark.parametrize("gid,kw", HUGE_V, ids=[g for g, _ in HUGE_V])
 def test_an_fp16_accumulator_overflows_on_huge_v_and_is_named(gid, kw):
     """On a GPU the fp32 tolerance is tf32-wide and cannot see an fp16 accumulator's rounding; V past fp16's range
-    can: after the first key tile, every seed's accumulator (P @ V with P <= 1) already holds values fp16 cannot."""
+    can: after the first key tile, every seed's accumulator (P @ V with P <= 1) already holds values fp16 cannot.
+    (That a correct fp32 computation passes this case is checked by
+    test_attention_tolerance_passes_fp32_torch_and_catches_mistakes.)"""
     assert gid == "test_attention_full_tiles" and kw.get("dtype", torch.float32) == torch.float32
     block_n = kw.get("block_n", 16)
     for seed in SEEDS:
         q, k, v, scale, causal, ref, atol, rtol = _setup(kw, seed)
-        s = (q[..., :, :] @ k[..., :block_n, :].transpose(-2, -1)) * scale
+        s = (q @ k[..., :block_n, :].transpose(-2, -1)) * scale
         p = torch.exp(s - s.amax(-1, keepdim=True))
         first_tile = p @ v[..., :block_n, :]
         assert torch.isinf(first_tile.half()).any(), (gid, seed, float(first_tile.abs().max()))
-        assert not _caught(ref.float(), ref, atol, rtol, torch.float32)
     out = torch.full(q.shape, float("inf"))
     _, ref_lse = fa.attention_ref(q, k, v, causal, scale)
     words = fa._attention_diagnose(out, None, q, k, v, causal, scale, kw["block_m"], block_n, (atol, rtol), ref_lse,
