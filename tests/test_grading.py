@@ -24,6 +24,14 @@ FLAGS = tuple(f"{key}={value}" for key, value in _FLAGS.items())
 # TRITONCOURSE_GRADING_FIXTURES=name,name grades only those fixtures (and the six standard learners): a GPU run
 # with little device time picks the submissions that matter; every other fixture's test is skipped, saying so.
 ONLY = {name for name in os.environ.get("TRITONCOURSE_GRADING_FIXTURES", "").split(",") if name}
+# TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners (their tests are skipped, saying so): a GPU
+# run that has already graded them spends its time on fixtures alone.
+STANDARD = os.environ.get("TRITONCOURSE_GRADING_STANDARD", "1") != "0"
+
+
+def _needs_standard():
+    if not STANDARD:
+        pytest.skip("TRITONCOURSE_GRADING_STANDARD=0: the six standard learners are not graded in this run")
 
 
 def _kernel_tests(nb) -> list[str]:
@@ -51,6 +59,27 @@ class Graded:
         return self.courses[student].feedback_text(self.assignment, student)
 
 
+def submit_standard(submit, course: Course, assignment: str, release, source):
+    """The six standard learners: the reference, the untouched release, the filled release, tests deleted, tests
+    edited, and a file that is not a notebook."""
+    submit("reference", source)
+    submit("untouched", release)
+    # A learner who replaced each `# YOUR CODE HERE` stub of the release with the reference's code.
+    submit("filled_release", fill_solution_regions(release, source))
+    # Learners who deleted every test cell, or replaced their code with `pass`.
+    deleted = source.copy()
+    deleted.cells = [c for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") is not True
+                     or c.metadata.nbgrader.get("solution")]
+    submit("tests_deleted", deleted)
+    edited = course.release_notebook(assignment)
+    for c in edited.cells:
+        if c.get("metadata", {}).get("nbgrader", {}).get("locked") and c.cell_type == "code" \
+                and c.metadata.nbgrader.get("grade"):
+            c.source = "pass"
+    submit("tests_edited", edited)
+    submit("not_json", "{ this is not a notebook")
+
+
 _cache: dict[str, Graded] = {}
 
 
@@ -67,22 +96,8 @@ def graded(tmp_path_factory):
 
             release = shards[0].release_notebook(assignment)
             source = shards[0].source_notebook(assignment)
-            submit("reference", source)
-            submit("untouched", release)
-            # A learner who replaced each `# YOUR CODE HERE` stub of the release with the reference's code.
-            submit("filled_release", fill_solution_regions(release, source))
-            # Learners who deleted every test cell, or replaced their code with `pass`.
-            deleted = source.copy()
-            deleted.cells = [c for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") is not True
-                             or c.metadata.nbgrader.get("solution")]
-            submit("tests_deleted", deleted)
-            edited = shards[0].release_notebook(assignment)
-            for c in edited.cells:
-                if c.get("metadata", {}).get("nbgrader", {}).get("locked") and c.cell_type == "code" \
-                        and c.metadata.nbgrader.get("grade"):
-                    c.source = "pass"
-            submit("tests_edited", edited)
-            submit("not_json", "{ this is not a notebook")
+            if STANDARD:
+                submit_standard(submit, shards[0], assignment, release, source)
             for fx in fixtures(assignment):
                 if not ONLY or fx.name in ONLY:
                     submit(fx.name, fx.notebook(release, source))
@@ -97,6 +112,7 @@ def graded(tmp_path_factory):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_reference_gets_full_marks(graded, assignment):
     """Does the instructor's own solution score every autograded point?"""
+    _needs_standard()
     g = graded(assignment)
     scores = g.scores("reference")
     assert g.kernel_tests, "the notebook has no %%kernel_test cells"
@@ -108,6 +124,7 @@ def test_reference_gets_full_marks(graded, assignment):
 def test_filled_release_gets_full_marks(graded, assignment):
     """Does a learner who fills only the release's stubs (with the reference's code) score every autograded
     point? Catches stubs that cannot be filled in place (a cell that then fails to parse, a name left undefined)."""
+    _needs_standard()
     g = graded(assignment)
     scores = g.scores("filled_release")
     lost = {t: scores.get(t) for t in g.tests if not scores.get(t)}
@@ -118,6 +135,7 @@ def test_filled_release_gets_full_marks(graded, assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_untouched_release_scores_zero(graded, assignment):
     """Does the untouched release score 0 on every kernel test?"""
+    _needs_standard()
     g = graded(assignment)
     scores = g.scores("untouched")
     assert all(scores[t] == 0 for t in g.kernel_tests), scores
@@ -126,6 +144,7 @@ def test_untouched_release_scores_zero(graded, assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_deleted_or_edited_tests_are_restored(graded, assignment):
     """Are deleted test cells restored and graded, and edited ones restored (the edit gains nothing)?"""
+    _needs_standard()
     g = graded(assignment)
     restored = g.scores("tests_deleted")
     assert all(restored.get(t) and restored[t] > 0 for t in g.tests), restored
@@ -136,6 +155,7 @@ def test_deleted_or_edited_tests_are_restored(graded, assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_a_broken_submission_does_not_stop_the_others(graded, assignment):
     """A file that is not a notebook fails alone; every other learner is graded."""
+    _needs_standard()
     g = graded(assignment)
     assert "not_json" in g.log
     assert g.scores("reference")
