@@ -3,7 +3,8 @@
 # carried wheels into /opt/site, then runs the named suites, PAR (2) at a time, none started with less than MIN (150)
 # seconds left of BUDGET, and leaves $OUT/batch.log and $OUT/logs.tgz. Suites: g01..g06 (tests/test_grading.py -k the
 # phase, sandboxed, compute-sanitizer on), dist (tests/test_distributed.py -k gpu), hog (the hostile memory hog, both
-# graders), ln (phase 6 LayerNorm re-recorded, on an H200 only). FIXTURES overrides the fixtures graded.
+# graders), ln (phase 6 LayerNorm re-recorded, on an H200 only). FIXTURES overrides the fixtures graded, SHARDS (3) the
+# course copies a phase is split over; TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners.
 # usage: bash tools/device-queue.sh BUDGET suite...   e.g. PAR=3 bash tools/device-queue.sh 560 g04 g05 g06 dist
 set -u
 T0=$(date +%s); BUDGET=$1; shift
