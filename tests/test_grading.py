@@ -28,10 +28,8 @@ ONLY = {name for name in os.environ.get("TRITONCOURSE_GRADING_FIXTURES", "").spl
 # run that has already graded them spends its time on fixtures alone.
 STANDARD = os.environ.get("TRITONCOURSE_GRADING_STANDARD", "1") != "0"
 
-
-def _needs_standard():
-    if not STANDARD:
-        pytest.skip("TRITONCOURSE_GRADING_STANDARD=0: the six standard learners are not graded in this run")
+needs_standard = pytest.mark.skipif(not STANDARD, reason="TRITONCOURSE_GRADING_STANDARD=0: the six standard "
+                                                         "learners are not graded in this run")
 
 
 def _kernel_tests(nb) -> list[str]:
@@ -109,10 +107,10 @@ def graded(tmp_path_factory):
     return grade
 
 
+@needs_standard
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_reference_gets_full_marks(graded, assignment):
     """Does the instructor's own solution score every autograded point?"""
-    _needs_standard()
     g = graded(assignment)
     scores = g.scores("reference")
     assert g.kernel_tests, "the notebook has no %%kernel_test cells"
@@ -120,11 +118,11 @@ def test_reference_gets_full_marks(graded, assignment):
     assert not missing, f"reference lost points: {missing}\n{g.feedback('reference')}"
 
 
+@needs_standard
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_filled_release_gets_full_marks(graded, assignment):
     """Does a learner who fills only the release's stubs (with the reference's code) score every autograded
     point? Catches stubs that cannot be filled in place (a cell that then fails to parse, a name left undefined)."""
-    _needs_standard()
     g = graded(assignment)
     scores = g.scores("filled_release")
     lost = {t: scores.get(t) for t in g.tests if not scores.get(t)}
@@ -132,19 +130,19 @@ def test_filled_release_gets_full_marks(graded, assignment):
                                                                             for t in lost)
 
 
+@needs_standard
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_untouched_release_scores_zero(graded, assignment):
     """Does the untouched release score 0 on every kernel test?"""
-    _needs_standard()
     g = graded(assignment)
     scores = g.scores("untouched")
     assert all(scores[t] == 0 for t in g.kernel_tests), scores
 
 
+@needs_standard
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_deleted_or_edited_tests_are_restored(graded, assignment):
     """Are deleted test cells restored and graded, and edited ones restored (the edit gains nothing)?"""
-    _needs_standard()
     g = graded(assignment)
     restored = g.scores("tests_deleted")
     assert all(restored.get(t) and restored[t] > 0 for t in g.tests), restored
@@ -152,10 +150,10 @@ def test_deleted_or_edited_tests_are_restored(graded, assignment):
     assert all(edited[t] == 0 for t in g.kernel_tests), edited
 
 
+@needs_standard
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_a_broken_submission_does_not_stop_the_others(graded, assignment):
     """A file that is not a notebook fails alone; every other learner is graded."""
-    _needs_standard()
     g = graded(assignment)
     assert "not_json" in g.log
     assert g.scores("reference")
