@@ -11,6 +11,7 @@ import io
 import json
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 from nbclient.exceptions import DeadKernelError
@@ -146,40 +147,64 @@ def test_an_unwritable_verdict_log_costs_nothing(monkeypatch, tmp_path):
 
 
 class _DeadZygote:
-    def run(self, *args):
+    def start(self, *args):
         raise BrokenPipeError("the zygote is gone")
 
 
-def test_a_dead_zygote_falls_back_to_a_fresh_process(monkeypatch):
-    """The warm zygote dies (a broken pipe): the test runs in a plain fresh process instead."""
-    ran = []
+def test_a_dead_zygote_falls_back_to_fresh_processes(monkeypatch):
+    """The warm zygotes die (a broken pipe): the judge and the runner run as plain fresh processes instead."""
+    monkeypatch.setattr(isolated, "_warm_zygote", lambda entry="runner": _DeadZygote())
+    started = []
+    real = isolated.subprocess.Popen
 
-    def fresh_process(cmd, cwd, env, out_path, timeout, sandbox=None):
-        ran.append(cmd)
-        with open(env["TRITONCOURSE_RESULT_FILE"], "w") as f:
-            json.dump({"ok": True, "kind": "pass", "message": ""}, f)
-        return 0
+    def popen(cmd, *args, **kwargs):
+        started.append(cmd)
+        return real(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(isolated, "_warm_zygote", lambda: _DeadZygote())
-    monkeypatch.setattr(isolated, "_run_subprocess", fresh_process)
+    monkeypatch.setattr(isolated.subprocess, "Popen", popen)
     assembly = isolated.Assembly("", [], [])
     outcome = isolated.run_test('"""Checks."""\nassert True\n', assembly, seed=7, device="cpu")
-    assert outcome.ok and ran
+    assert outcome.ok, outcome.message
+    assert {Path(cmd[2]).name for cmd in started} == {"judge.py", "runner.py"}
 
 
-def test_a_runner_that_exits_without_a_verdict_is_a_grader_error(monkeypatch):
-    """The runner reports every exception of a kernel; exiting with a code and no verdict is our failure,
-    not a crash blamed on the learner's kernel."""
-    def broken_runner(cmd, cwd, env, out_path, timeout, sandbox=None):
-        out_path.write_text("ModuleNotFoundError: No module named 'tritoncourse'\n")
-        return 1
+def _pair(runs, calls):
+    """A stand-in for run_test's judge and runner: each run writes the runner's output and the judge's verdict."""
+    def run_pair(jcmd, jenv, jdir, judge_zygote, rcmd, renv, rdir, zygote, sandbox, timeout):
+        runner_code, output, verdict, judge_code = runs[len(calls)]
+        calls.append(rcmd)
+        (rdir / "out.txt").write_text(output)
+        if verdict is not None:
+            (jdir / "result.json").write_text(json.dumps(verdict))
+        return runner_code, judge_code
+    return run_pair
 
-    monkeypatch.setattr(isolated, "_warm_zygote", lambda: None)
-    monkeypatch.setattr(isolated, "_run_subprocess", broken_runner)
+
+def test_a_judge_that_exits_without_a_verdict_is_a_grader_error(monkeypatch):
+    """The judge is the grader's own: exiting without a verdict is our failure, not a crash blamed on the
+    learner's kernel."""
+    monkeypatch.setattr(isolated, "_run_pair", _pair([(0, "", None, 1)], []))
     outcome = isolated.run_test('"""Checks."""\nassert True\n', isolated.Assembly("", [], []), seed=7, device="cpu")
     assert not outcome.ok and outcome.kind == "grader-error"
-    assert "exited with code 1" in outcome.message and "ModuleNotFoundError" in outcome.message
+    assert "exited with code 1" in outcome.message
     assert "Your kernel crashed" not in outcome.message
+
+
+def test_a_runner_that_dies_is_the_kernels_crash(monkeypatch):
+    """The runner (the learner's kernels) dies by a signal while the judge waits: a crash, named with the stage."""
+    lost = {"ok": False, "kind": "runner-lost", "message": ""}
+    monkeypatch.setattr(isolated, "_run_pair", _pair([(-11, "", lost, 1)], []))
+    outcome = isolated.run_test('"""Checks."""\nassert True\n', isolated.Assembly("", [], []), seed=7, device="cpu")
+    assert not outcome.ok and outcome.kind == "crash" and "segmentation fault" in outcome.message
+
+
+def test_a_passing_judge_is_not_overruled_by_a_runner_exit_code(monkeypatch):
+    """Only the judge's verdict passes a test; the runner's exit code can fail one (the sanitizer's 86) but a
+    runner that claims success proves nothing: its code 0 with a failing verdict still fails."""
+    fail = {"ok": False, "kind": "fail", "message": "Wrong values"}
+    monkeypatch.setattr(isolated, "_run_pair", _pair([(0, "", fail, 1)], []))
+    outcome = isolated.run_test('"""Checks."""\nassert True\n', isolated.Assembly("", [], []), seed=7, device="cpu")
+    assert not outcome.ok and outcome.message == "Wrong values"
 
 
 def test_a_zygote_that_talks_nonsense_is_given_up():
@@ -196,7 +221,7 @@ def test_a_zygote_that_talks_nonsense_is_given_up():
             zygote._read()
         assert not zygote.alive()
         with pytest.raises((RuntimeError, OSError)):
-            zygote.run("/nonexistent", {}, "/dev/null", timeout=30)
+            zygote.start("/nonexistent", {}, "/dev/null")
     finally:
         zygote.proc.kill()
         zygote.proc.wait()
@@ -321,21 +346,15 @@ def test_real_autograde_keeps_every_notebook_when_the_grader_fails(tmp_path):
 
 
 def _sanitized(monkeypatch, runs):
-    """run_test on the GPU path (compute-sanitizer on), each process run answered by the next of `runs`."""
+    """run_test on the GPU path (compute-sanitizer on), each judge-and-runner run answered by the next of `runs`:
+    (runner's exit code, runner's output, judge's verdict)."""
     calls = []
-
-    def fake(cmd, cwd, env, out_path, timeout, sandbox=None):
-        returncode, output, verdict = runs[len(calls)]
-        calls.append(cmd)
-        out_path.write_text(output)
-        if verdict is not None:
-            with open(env["TRITONCOURSE_RESULT_FILE"], "w") as f:
-                json.dump(verdict, f)
-        return returncode
-
+    lost = {"ok": False, "kind": "runner-lost", "message": ""}
+    full = [(code, out, verdict if verdict is not None else lost, 0 if verdict and verdict.get("ok") else 1)
+            for code, out, verdict in runs]
     monkeypatch.setattr(isolated, "sanitizer_enabled", lambda env=None: True)
     monkeypatch.setattr(isolated.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(isolated, "_run_subprocess", fake)
+    monkeypatch.setattr(isolated, "_run_pair", _pair(full, calls))
     outcome = isolated.run_test('"""Checks."""\nassert True\n', isolated.Assembly("", [], []), seed=7, device="cuda")
     return outcome, calls
 

@@ -13,7 +13,9 @@ from ..checking import KernelCheckError, stage
 def _kernel_types() -> tuple[type, ...]:
     from triton.runtime.jit import JITFunction
 
-    kinds: list[type] = [JITFunction]
+    from ..grading.rpc import RemoteJit
+
+    kinds: list[type] = [JITFunction, RemoteJit]  # RemoteJit: the learner's kernel, in the runner process
     try:
         from triton.runtime.interpreter import InterpretedFunction
 

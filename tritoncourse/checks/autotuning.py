@@ -90,11 +90,18 @@ def _power_of_two(v) -> bool:
 
 
 # --------------------------------------------------------------------------------------- the autotuner
-def autotuner_of(kernel, name: str):
-    """The ``triton.runtime.autotuner.Autotuner`` that ``@triton.autotune`` made of ``kernel``."""
+def is_autotuner(kernel) -> bool:
+    """Whether ``kernel`` is what ``@triton.autotune`` makes (here, or in the runner process)."""
     from triton.runtime.autotuner import Autotuner
 
-    if isinstance(kernel, Autotuner):
+    from ..grading.rpc import RemoteAutotuner
+
+    return isinstance(kernel, (Autotuner, RemoteAutotuner))
+
+
+def autotuner_of(kernel, name: str):
+    """The ``triton.runtime.autotuner.Autotuner`` that ``@triton.autotune`` made of ``kernel``."""
+    if is_autotuner(kernel):
         require_triton_kernel(kernel.fn, name)
         return kernel
     require_triton_kernel(kernel, name)
@@ -106,9 +113,7 @@ def autotuner_of(kernel, name: str):
 
 def jit_of(kernel, name: str):
     """The @triton.jit function itself, autotuned or not (the value tests launch it directly)."""
-    from triton.runtime.autotuner import Autotuner
-
-    inner = kernel.fn if isinstance(kernel, Autotuner) else kernel
+    inner = kernel.fn if is_autotuner(kernel) else kernel
     require_triton_kernel(inner, name)
     return inner
 

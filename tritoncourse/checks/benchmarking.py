@@ -114,6 +114,10 @@ def check_add_relu_mul(kernel, n: int, block_size: int, dtype: torch.dtype = tor
 # ------------------------------------------------------------------------------- calling plain functions
 def require_function(fn, name: str) -> None:
     """Fail unless ``fn`` is a plain Python function; give it the modules graded functions may use."""
+    from ..grading.rpc import RemoteFunction
+
+    if isinstance(fn, RemoteFunction):  # the learner's function, in the runner process (which has the modules)
+        return
     if not isinstance(fn, types.FunctionType):
         raise KernelCheckError(f"`{name}` is a {type(fn).__name__}, not a plain Python function.\n"
                                f"Likely cause: `{name}` must be an ordinary `def` (no decorator).")
@@ -141,6 +145,10 @@ def _fmt(v) -> str:
 
 
 def _where_in_learner_code(err: BaseException) -> str:
+    remote = getattr(err, "where", "")
+    if remote:  # raised in the runner: its own lines of the learner's code
+        line = [ln.strip() for ln in remote.strip().splitlines() if ln.strip()][-1:]
+        return f"\n  in your code: {line[0]}" if line else ""
     frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.endswith("learner_kernels.py")]
     if not frames:
         return ""

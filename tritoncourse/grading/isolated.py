@@ -25,6 +25,7 @@ from ..checking import fresh_seed
 from .source import Assembly, assemble, parse
 
 RUNNER = Path(__file__).with_name("runner.py")
+JUDGE = Path(__file__).with_name("judge.py")
 ZYGOTE = Path(__file__).with_name("zygote.py")
 MAGIC = "%%kernel_test"
 DEFAULT_TIMEOUT = 120.0
@@ -192,34 +193,39 @@ class _Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None and "dead" not in self.replies
 
-    def run(self, workdir: str, env: dict, out: str, timeout: float) -> int | None:
-        """The child's exit code (negative for a signal), or None when it was killed at ``timeout``."""
+    def start(self, workdir: str, env: dict, out: str, entry: str = "runner") -> str:
+        """Fork a child running ``entry`` in ``workdir``; its id for :meth:`poll` and :meth:`kill`."""
         with self.lock:
+            if "dead" in self.replies:
+                raise RuntimeError("the test zygote died")
             self.next_id += 1
             rid = str(self.next_id)
-            self.proc.stdin.write((json.dumps({"id": rid, "workdir": workdir, "env": env, "out": out}) + "\n")
-                                  .encode())
+            self.proc.stdin.write((json.dumps({"id": rid, "workdir": workdir, "env": env, "out": out,
+                                               "entry": entry}) + "\n").encode())
             self.proc.stdin.flush()
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while "exit" not in self.replies.get(rid, {}):
-                left = deadline - time.monotonic()
-                if left <= 0 or "dead" in self.replies:
-                    break
-                self.changed.wait(min(left, 1.0))
+        return rid
+
+    def poll(self, rid: str) -> int | str | None:
+        """The child's exit code (negative: a signal), None while it runs, "lost" when the zygote died first."""
+        with self.lock:
             reply = self.replies.get(rid, {})
-        if "exit" in reply:
-            return reply["exit"]
-        if "pid" in reply:  # the zygote kills it: in a sandbox the pid is the sandbox's own PID namespace's
-            with contextlib.suppress(OSError, ValueError), self.lock:
-                self.proc.stdin.write((json.dumps({"kill": rid}) + "\n").encode())
-                self.proc.stdin.flush()
-            if self.sandbox is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(reply["pid"], signal.SIGKILL)
-        if "dead" in self.replies:
-            raise RuntimeError("the test zygote died")
-        return None
+            if "exit" in reply:
+                return reply["exit"]
+            return "lost" if "dead" in self.replies else None
+
+    def wait_change(self, seconds: float) -> None:
+        with self.changed:
+            self.changed.wait(seconds)
+
+    def kill(self, rid: str) -> None:
+        """Kill the child and its session (in a sandbox only the zygote can: pids are its PID namespace's)."""
+        with contextlib.suppress(OSError, ValueError), self.lock:
+            self.proc.stdin.write((json.dumps({"kill": rid}) + "\n").encode())
+            self.proc.stdin.flush()
+        pid = self.replies.get(rid, {}).get("pid")
+        if self.sandbox is None and pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
 
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -229,22 +235,23 @@ class _Zygote:
             self.proc.wait(timeout=10)
 
 
-_zygote: _Zygote | None = None
+_zygotes: dict[str, _Zygote] = {}
 _zygote_lock = threading.Lock()
 
 
-def _warm_zygote() -> _Zygote | None:
-    """The process's zygote (started on first use), or None where forking is not used."""
-    global _zygote
+def _warm_zygote(entry: str = "runner") -> _Zygote | None:
+    """This process's warm zygote for ``entry`` (started on first use, unsandboxed), or None where forking is not
+    used. Grading gives the runner a zygote inside the learner's sandbox instead (IsolatedKernelTests)."""
     if os.environ.get("TRITONCOURSE_ZYGOTE", "1") == "0":
         return None
     with _zygote_lock:
-        if _zygote is None or not _zygote.alive():
+        z = _zygotes.get(entry)
+        if z is None or not z.alive():
             try:
-                _zygote = _Zygote()
+                z = _zygotes[entry] = _Zygote()
             except (OSError, RuntimeError, ValueError):
                 return None
-        return _zygote
+        return z
 
 
 def sanitizer_enabled(env=os.environ) -> bool:
@@ -255,12 +262,91 @@ def sanitizer_enabled(env=os.environ) -> bool:
     return setting != "0" and shutil.which("compute-sanitizer") is not None
 
 
+class _Child:
+    """A judge or a runner: a zygote's child or a plain process, polled and killed the same way."""
+
+    def __init__(self, cmd, cwd, env, out: Path, entry: str, zygote: _Zygote | None, sandbox=None):
+        self.zygote, self.rid, self.proc, self.sandbox = None, None, None, sandbox
+        if zygote is not None:
+            try:
+                self.rid = zygote.start(str(cwd), env, str(out), entry)
+                self.zygote = zygote
+                return
+            except (RuntimeError, OSError, ValueError):  # no zygote, or it died: a plain fresh process
+                pass
+        self._out = open(out, "wb")
+        if sandbox is not None and sandbox.uid is not None:
+            os.chown(out, sandbox.uid, sandbox.uid)
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env if sandbox is None else None, stdin=subprocess.DEVNULL,
+                                     stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
+        if sandbox is not None:
+            sandbox.watch(self.proc.pid)
+
+    def poll(self):
+        """Exit code (negative: a signal), None while running, "lost" when its zygote died under it."""
+        if self.zygote is not None:
+            return self.zygote.poll(self.rid)
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        if self.zygote is not None:
+            self.zygote.kill(self.rid)
+        elif self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def wait(self, seconds: float):
+        deadline = time.monotonic() + seconds
+        while (code := self.poll()) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return code
+
+    def close(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(Exception):
+                self.proc.wait(timeout=10)
+            self._out.close()
+
+
+def definition_kinds(source: str) -> dict[str, str]:
+    """What each assembled definition is, read from its source (never from the runner, which could lie): "jit",
+    "autotuner" (@triton.autotune over @triton.jit), "function" (a plain def) or "value" (a configuration)."""
+    import ast
+
+    kinds = {}
+    for node in parse(source).body:
+        if isinstance(node, ast.FunctionDef):
+            names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
+            if not names:
+                kinds[node.name] = "function"
+            elif any(n.endswith("autotune") for n in names):
+                kinds[node.name] = "autotuner"
+            else:
+                kinds[node.name] = "jit"
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            kinds[node.targets[0].id] = "value"
+    return kinds
+
+
+def _limit_events(sandbox) -> list[str]:
+    """What the sandbox stopped and why (a limit the learner's code reached), in the learner's words."""
+    if sandbox is None:
+        return []
+    events = getattr(sandbox, "limit_events", None)
+    try:
+        return list(events()) if callable(events) else list(sandbox.killed)
+    except Exception:
+        return list(sandbox.killed)
+
+
 def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
              seed: int | None = None, device: str | None = None, sandbox=None, zygote=None) -> Outcome:
-    """Run one test body against the assembled kernels in a fresh process and return the verdict.
+    """Run one test: the judge (the test's checks, no learner code) against a runner (the learner's kernels only).
 
-    In grading, ``sandbox`` (a :class:`sandbox.Sandbox`) holds the process, and ``zygote`` (a :class:`_Zygote`
-    inside that sandbox, on the CPU) forks it; the learner's own checks run unsandboxed, on their machine."""
+    Both are fresh processes (forked from warm zygotes on the CPU). The judge runs outside any sandbox and
+    writes the verdict in a folder of its own; the runner runs in ``sandbox`` (a :class:`sandbox.Sandbox`) in
+    grading, forked by ``zygote`` (a :class:`_Zygote` inside that sandbox) on the CPU; the learner's own checks
+    run both unsandboxed, on their machine."""
     from ..device import infer_device
 
     title = test_title(body)
@@ -270,75 +356,127 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
     if assembly.problems:
         return Outcome(False, "invalid", "\n".join(assembly.problems), seed, 0.0, title)
     device = device or infer_device()
-    with _workdir(sandbox) as tmp:
-        tmpd = Path(tmp)
-        (tmpd / "learner_kernels.py").write_text(KERNEL_HEADER + assembly.source)
-        (tmpd / "test_cell.py").write_text(body)
-        (tmpd / "kernel_names.json").write_text(json.dumps(assembly.kernels))
-        env = sandbox.environment() if sandbox is not None else dict(os.environ)
-        env.update(TRITONCOURSE_SEED=str(seed), TRITONCOURSE_RESULT_FILE=str(tmpd / "result.json"),
-                   TRITONCOURSE_STAGE_FILE=str(tmpd / "stage.txt"), PYTHONUNBUFFERED="1",
-                   PYTHONDONTWRITEBYTECODE="1")
-        if device == "cpu":
-            env["TRITON_INTERPRET"] = "1"
-        else:
-            env.pop("TRITON_INTERPRET", None)
-        cmd = [sys.executable, "-I", str(RUNNER), str(tmpd)]
-        use_sanitizer = device == "cuda" and sanitizer_enabled(env)
+    with _workdir(sandbox) as tmp, tempfile.TemporaryDirectory(prefix="tritoncourse-judge-") as jtmp:
+        rdir, jdir = Path(tmp), Path(jtmp)
+        (rdir / "learner_kernels.py").write_text(KERNEL_HEADER + assembly.source)
+        (rdir / "kernel_names.json").write_text(json.dumps(assembly.kernels))
+        (jdir / "test_cell.py").write_text(body)
+        (jdir / "kernel_kinds.json").write_text(json.dumps(definition_kinds(assembly.source)))
+        renv = sandbox.environment() if sandbox is not None else dict(os.environ)
+        renv.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+        for name in ("TRITONCOURSE_SEED", "TRITONCOURSE_RESULT_FILE", "TRITONCOURSE_STAGE_FILE"):
+            renv.pop(name, None)  # nothing of the test's reaches the runner
+        jenv = dict(os.environ)
+        jenv.update(TRITONCOURSE_SEED=str(seed), TRITONCOURSE_RESULT_FILE=str(jdir / "result.json"),
+                    TRITONCOURSE_STAGE_FILE=str(jdir / "stage.txt"), TRITONCOURSE_RUNNER_DIR=str(rdir),
+                    PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+        for env in (renv, jenv):
+            if device == "cpu":
+                env["TRITON_INTERPRET"] = "1"
+            else:
+                env.pop("TRITON_INTERPRET", None)
+        rcmd = [sys.executable, "-I", str(RUNNER), str(rdir)]
+        use_sanitizer = device == "cuda" and sanitizer_enabled(renv)
         if use_sanitizer:
-            env.update(PYTORCH_NO_CUDA_MEMORY_CACHING="1", TRITONCOURSE_SANITIZER="1")
-            cmd = [shutil.which("compute-sanitizer"), "--tool", "memcheck", "--padding", "65536",
-                   "--error-exitcode", "86"] + cmd
+            renv.update(PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+            jenv.update(TRITONCOURSE_SANITIZER="1")
+            rcmd = [shutil.which("compute-sanitizer"), "--tool", "memcheck", "--padding", "65536",
+                    "--error-exitcode", "86"] + rcmd
         if sandbox is not None:
-            cmd = sandbox.argv(cmd, cwd=tmpd, env=env)
-        start = time.monotonic()
+            rcmd = sandbox.argv(rcmd, cwd=rdir, env=renv)
+        jcmd = [sys.executable, "-I", str(JUDGE), str(jdir)]
         if sandbox is None:
-            zygote = _warm_zygote() if device == "cpu" else None
+            zygote = _warm_zygote("runner") if device == "cpu" else None
         elif device != "cpu":
             zygote = None
-        returncode = None
+        judge_zygote = _warm_zygote("judge") if device == "cpu" else None
+        start = time.monotonic()
         for attempt in (1, 2):
-            try:
-                if zygote is None:
-                    raise RuntimeError("no zygote")
-                returncode = zygote.run(str(tmpd), env, str(tmpd / "out.txt"), timeout)
-            except (RuntimeError, OSError):  # no zygote, or it died (a broken pipe): a plain fresh process
-                returncode = _run_subprocess(cmd, tmp, env, tmpd / "out.txt", timeout, sandbox)
-            if not (attempt == 1 and use_sanitizer and _silent_sanitizer_crash(returncode, tmpd)):
+            runner_code, judge_code = _run_pair(jcmd, jenv, jdir, judge_zygote, rcmd, renv, rdir, zygote, sandbox,
+                                                timeout)
+            if not (attempt == 1 and use_sanitizer and _silent_sanitizer_crash(runner_code, rdir, jdir)):
                 break
             # Under compute-sanitizer a loaded GPU machine has killed the checking process of a correct kernel
             # with a signal and an empty report (seen on an H200, grading four phases at once). A kernel's own
             # invalid access gives a report and exit code 86, so a silent crash is retried once, same seed.
-            for name in ("result.json", "stage.txt", "out.txt"):
-                (tmpd / name).unlink(missing_ok=True)
-        if returncode is None:
-            seconds = time.monotonic() - start
-            stage = _read(tmpd / "stage.txt")
-            return Outcome(False, "timeout",
-                           f"The test did not finish within {timeout:.0f} s and was stopped"
-                           f"{' while ' + stage if stage else ''}.\n"
-                           "Likely cause: a loop in your kernel never ends (check its bounds and step).",
-                           seed, seconds, title)
+            for path in (jdir / "result.json", jdir / "stage.txt", jdir / "runner-exit", rdir / "out.txt"):
+                path.unlink(missing_ok=True)
         seconds = time.monotonic() - start
-        result = _read(tmpd / "result.json")
-        output = _read(tmpd / "out.txt")
-        if returncode == 86:
-            return Outcome(False, "fail", _sanitizer_message(output, result, _read(tmpd / "stage.txt")),
-                           seed, seconds, title)
-        if returncode > 0 and not result and not use_sanitizer:
-            # The runner reports every exception of the learner's kernel or the test; a signal is a crash. An
-            # exit code without a verdict is the runner itself failing (a bug of ours, a broken install).
-            return grader_error_outcome("starting the checking process",
-                                        f"it exited with code {returncode} without a verdict."
-                                        + ("\nLast output:\n" + _tail(output, 1500) if output.strip() else ""),
-                                        seed, title)
-        if returncode < 0 or not result:
-            return Outcome(False, "crash", _crash_message(returncode, _read(tmpd / "stage.txt"))
-                           + ("\nLast output:\n" + _tail(output, 1500) if output.strip() else ""),
-                           seed, seconds, title)
-        verdict = json.loads(result)
-        return Outcome(bool(verdict["ok"]) and returncode == 0, verdict["kind"], verdict["message"],
+        return _outcome(runner_code, judge_code, rdir, jdir, use_sanitizer, sandbox, timeout, seed, seconds, title)
+
+
+def _run_pair(jcmd, jenv, jdir: Path, judge_zygote, rcmd, renv, rdir: Path, zygote, sandbox, timeout: float):
+    """Start the judge, then the runner; wait for the judge (the runner is told when the runner ends first);
+    then give the runner a moment to leave. Returns (runner's code, judge's code); the judge's is None when the
+    time limit stopped it."""
+    judge = _Child(jcmd, jdir, jenv, jdir / "judge-out.txt", "judge", judge_zygote)
+    runner = _Child(rcmd, rdir, renv, rdir / "out.txt", "runner", zygote, sandbox)
+    deadline = time.monotonic() + timeout
+    told = False
+    try:
+        while (judge_code := judge.poll()) is None and time.monotonic() < deadline:
+            if not told and runner.poll() is not None:
+                (jdir / "runner-exit").write_text(str(runner.poll()))
+                told = True
+            time.sleep(0.01)
+        if judge_code is None:
+            judge.kill()
+            runner.kill()
+            return runner.wait(10), None
+        runner_code = runner.wait(60 if "compute-sanitizer" in " ".join(map(str, rcmd)) else 10)
+        if runner_code is None:
+            runner.kill()
+            runner_code = runner.wait(10)
+            runner_code = "killed-after" if runner_code is None or runner_code == -9 else runner_code
+        return runner_code, judge_code
+    finally:
+        for child in (judge, runner):
+            if child.poll() is None:
+                child.kill()
+            child.close()
+
+
+def _outcome(runner_code, judge_code, rdir: Path, jdir: Path, use_sanitizer: bool, sandbox, timeout: float,
+             seed: int, seconds: float, title: str) -> Outcome:
+    """The verdict: the judge's, with the runner's crash, time-out, sanitizer report or exhausted limits."""
+    stage = _read(jdir / "stage.txt")
+    limits = _limit_events(sandbox)
+    if judge_code is None:
+        return Outcome(False, "timeout",
+                       f"The test did not finish within {timeout:.0f} s and was stopped"
+                       f"{' while ' + stage if stage else ''}.\n"
+                       + (f"The grading sandbox stopped your code: {'; '.join(limits)}." if limits else
+                          "Likely cause: a loop in your kernel never ends (check its bounds and step)."),
                        seed, seconds, title)
+    result = _read(jdir / "result.json")
+    output = _read(rdir / "out.txt")
+    try:
+        verdict = json.loads(result) if result else None
+    except ValueError:
+        verdict = None
+    if runner_code == 86:
+        return Outcome(False, "fail", _sanitizer_message(output, result, stage), seed, seconds, title)
+    if verdict is None:  # the judge is ours: no verdict from it is the grader's failure
+        return grader_error_outcome("judging this test",
+                                    f"the judging process exited with code {judge_code} without a verdict."
+                                    + ("\nLast output:\n" + _tail(_read(jdir / "judge-out.txt"), 1500)
+                                       if _read(jdir / "judge-out.txt").strip() else ""), seed, title)
+    if verdict.get("kind") == "runner-lost":
+        if limits:
+            message = (f"The grading sandbox stopped your code while {stage or 'the test ran'}: "
+                       f"{'; '.join(limits)}.\nLikely cause: your code used more than the limits allow "
+                       "(see the message); a correct kernel stays far below them.")
+        elif isinstance(runner_code, int) and runner_code < 0:
+            message = _crash_message(runner_code, stage)
+        else:
+            code = runner_code if isinstance(runner_code, int) else "unknown"
+            message = (f"Your kernels' process ended (exit code {code}) before the test was done, while "
+                       f"{stage or 'the test ran'}.\n{OUT_OF_BOUNDS_HINT}")
+        if output.strip():
+            message += "\nLast output:\n" + _tail(output, 1500)
+        return Outcome(False, "crash", message, seed, seconds, title)
+    return Outcome(bool(verdict.get("ok")) and judge_code == 0, str(verdict.get("kind", "fail")),
+                   str(verdict.get("message", "")), seed, seconds, title)
 
 
 def _sanitizer_message(output: str, result: str, stage: str) -> str:
@@ -376,31 +514,14 @@ def _sanitizer_message(output: str, result: str, stage: str) -> str:
     return text
 
 
-def _silent_sanitizer_crash(returncode: int | None, tmpd: Path) -> bool:
-    """A checking process under compute-sanitizer that ended without a verdict (by a signal, say) while the
-    sanitizer reported no error: nothing points at the kernel."""
-    if returncode is None or returncode in (0, 86) or _read(tmpd / "result.json"):
+def _silent_sanitizer_crash(returncode, rdir: Path, jdir: Path) -> bool:
+    """A runner under compute-sanitizer that ended by a signal before the judge was done while the sanitizer
+    reported no error: nothing points at the kernel."""
+    if not isinstance(returncode, int) or returncode >= 0 or '"runner-lost"' not in _read(jdir / "result.json"):
         return False
-    report = [line for line in _read(tmpd / "out.txt").splitlines() if line.startswith("=========")]
+    report = [line for line in _read(rdir / "out.txt").splitlines() if line.startswith("=========")]
     return not any(("invalid" in line.lower() or "error" in line.lower()) and " 0 errors" not in line
                    for line in report)
-
-
-def _run_subprocess(cmd, cwd, env, out_path: Path, timeout: float, sandbox=None) -> int | None:
-    """Run ``cmd`` in a session of its own; its exit code, or None when killed at ``timeout``."""
-    with open(out_path, "wb") as out:
-        if sandbox is not None and sandbox.uid is not None:
-            os.chown(out_path, sandbox.uid, sandbox.uid)
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env if sandbox is None else None, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        if sandbox is not None:
-            sandbox.watch(proc.pid)
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None
 
 
 @contextlib.contextmanager

@@ -1,68 +1,64 @@
-"""The fresh process that runs one test: ``python -I runner.py DIR``.
+"""The runner: the only process that runs a learner's code while a test is judged. ``python -I runner.py DIR``.
 
-DIR holds ``learner_kernels.py`` (only the learner's @triton.jit functions, linted beforehand),
-``kernel_names.json`` and ``test_cell.py`` (the instructor's test). The verdict goes to the JSON file
-named by TRITONCOURSE_RESULT_FILE; a crash leaves no verdict, which the parent reports.
+DIR holds ``learner_kernels.py`` (only the learner's definitions, linted beforehand) and ``kernel_names.json``.
+The runner loads them, connects to the judge's socket ``DIR/judge.sock`` and does what the judge asks (launch
+this kernel on these buffers, call this function) until the judge closes the channel. It never sees the test,
+the references or the verdict: it has nothing to forge. In grading it runs inside the learner's sandbox.
 """
 import json
 import os
+import socket
 import sys
-import traceback
+import time
 
 # -I keeps the working directory and PYTHONPATH off sys.path: only the course's own package is found.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-
-def _write(ok: bool, kind: str, message: str) -> None:
-    with open(os.environ["TRITONCOURSE_RESULT_FILE"], "w") as f:
-        json.dump({"ok": ok, "kind": kind, "message": message}, f)
+SOCKET_NAME = "judge.sock"
+CONNECT_SECONDS = 120.0
 
 
-def _learner_frames(tb, files) -> str:
-    """The traceback lines that point into the learner's kernels or the test, not into torch/triton."""
-    frames = [f for f in traceback.extract_tb(tb) if f.filename in files]
-    return "".join(traceback.format_list(frames[-3:]))
+def connect(workdir: str) -> socket.socket:
+    """The judge's socket, by a relative path (a full path may pass the 108 bytes a socket's name may have)."""
+    os.chdir(workdir)
+    deadline = time.monotonic() + CONNECT_SECONDS
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(SOCKET_NAME)
+            return sock
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def main(workdir: str) -> int:
     from tritoncourse.device import setup_device
 
-    device = setup_device()
+    setup_device()
     import importlib.util
-    import math
 
-    import torch
-    import triton
-    import triton.language as tl
-
-    from tritoncourse.checking import KernelCheckError
+    from tritoncourse.grading.rpc import Channel
 
     kernels_path = os.path.join(workdir, "learner_kernels.py")
-    test_path = os.path.join(workdir, "test_cell.py")
-    names = json.load(open(os.path.join(workdir, "kernel_names.json")))
-    ns = {"__name__": "__kernel_test__", "torch": torch, "triton": triton, "tl": tl, "math": math,
-          "DEVICE": device}
+    with open(os.path.join(workdir, "kernel_names.json")) as f:
+        names = json.load(f)
+    sock = connect(workdir)
+    channel = Channel(sock, role="runner", learner_files={kernels_path})
     try:
         spec = importlib.util.spec_from_file_location("learner_kernels", kernels_path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        ns.update({name: getattr(module, name) for name in names})
-        with open(test_path) as f:
-            code = compile(f.read(), test_path, "exec")
-        exec(code, ns)
-    except KernelCheckError as err:
-        _write(False, "fail", str(err))
-        return 1
-    except BaseException as err:  # anything else the learner's kernel or the test raised
-        where = _learner_frames(err.__traceback__, {kernels_path, test_path})
-        text = f"{type(err).__name__}: {err}"
-        hint = ""
-        if "illegal memory access" in text or "misaligned address" in text:
-            hint = ("\nLikely cause: a load or store outside a tensor on the GPU; check that every "
-                    "tl.load and tl.store is masked.")
-        _write(False, "error", (where + text)[-3000:] + hint)
-        return 1
-    _write(True, "pass", "")
+        hello = {"kernels": {name: getattr(module, name) for name in names}}
+    except BaseException as err:  # the definitions could not even be loaded: the judge says so
+        from tritoncourse.grading.rpc import describe_error
+
+        hello = {"load_error": describe_error(err, {kernels_path})}
+    channel._send({"hello": True}, hello)
+    channel.serve()
+    sock.close()
     return 0
 
 

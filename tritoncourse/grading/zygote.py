@@ -3,9 +3,10 @@
     python -I zygote.py        # requests on stdin, replies on stdout, one JSON object per line
 
 A request ``{"kill": id}`` kills that child's session (in a sandbox only the zygote can: the pids it reports
-are its PID namespace's). A request ``{"id", "workdir", "env", "out"}`` forks a child that runs :func:`runner.main` in
-``workdir`` with exactly ``env``, its output in ``out``, in a session of its own (so the caller can
-kill it and anything it started). Replies: ``{"id", "pid"}`` at once, ``{"id", "exit"}`` when the child
+are its PID namespace's). A request ``{"id", "workdir", "env", "out", "entry"}`` forks a child that runs
+``entry``'s ``main(workdir)`` (``runner``: the learner's kernels, in the sandbox; ``judge``: the checks, outside it)
+with exactly ``env``, its output in ``out``, in a session of its own (so the caller can kill it and anything it
+started). Replies: ``{"id", "pid"}`` at once, ``{"id", "exit"}`` when the child
 ends (negative: killed by that signal). The zygote itself never runs a learner's code: it only imports
 the course's modules, then forks; each child starts from that clean state. Only used on the CPU
 interpreter (CUDA must not be initialised before a fork).
@@ -19,7 +20,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 PRELOAD = ("numpy", "torch", "triton", "triton.language", "tritoncourse.checking", "tritoncourse.checks",
-           "tritoncourse.grading.runner")
+           "tritoncourse.grading.rpc", "tritoncourse.grading.runner", "tritoncourse.grading.judge")
+ENTRIES = ("runner", "judge")
 
 
 def _child(req: dict) -> None:
@@ -35,9 +37,12 @@ def _child(req: dict) -> None:
         os.environ.clear()
         os.environ.update(req["env"])
         os.chdir(req["workdir"])
-        from tritoncourse.grading import runner
+        import importlib
 
-        code = runner.main(req["workdir"])
+        entry = req.get("entry", "runner")
+        if entry not in ENTRIES:
+            raise ValueError(f"unknown entry {entry!r}")
+        code = importlib.import_module(f"tritoncourse.grading.{entry}").main(req["workdir"])
     except BaseException:  # report anything, then leave without running the zygote's code
         import traceback
 

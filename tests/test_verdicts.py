@@ -1,0 +1,107 @@
+"""Every wrong and correct kernel of tests/submissions/ judged as grading judges it, without nbgrader.
+
+The bottom of the test pyramid (tests/README.md): for each fixture, every ``%%kernel_test`` cell of the source
+notebook (hidden cases included) runs through the grader's own path, :func:`isolated.run_cell`: the judge
+outside, the runner in a grading sandbox, forked by a zygote inside it, with grading's time limits scaled down.
+Each fixture must lose exactly its tests, with the failing test's message naming the cause and the seed; each
+correct-but-different kernel must pass every test. Real `nbgrader autograde` of the same files is
+tests/test_grading.py's (one fixture per failure class and the standard learners).
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import nbformat
+import pytest
+
+from conftest import DEVICE
+from course import ROOT, SUBMISSIONS, fixtures
+from tritoncourse.grading import sandbox
+from tritoncourse.grading.isolated import _Zygote, is_kernel_test, run_cell
+from tritoncourse.grading.source import kernels_from_notebook
+
+ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
+# Grading's time limits, scaled: an endless loop waits for its limit; the slowest correct test takes seconds.
+TIMEOUT_FACTOR = float(os.environ.get("TRITONCOURSE_VERDICT_TIMEOUT_FACTOR", "0.25"))
+WORKERS = max(2, os.cpu_count() or 1)
+
+
+def _notebook(folder: str, assignment: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / folder / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def kernel_test_cells(source: nbformat.NotebookNode) -> list[tuple[str, str]]:
+    """(grade_id, source) of every %%kernel_test grade cell, hidden cases included."""
+    return [(c.metadata.nbgrader["grade_id"], c.source) for c in source.cells
+            if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")
+            and not c.metadata.nbgrader.get("solution") and is_kernel_test(c.source)]
+
+
+class Judged:
+    """One phase's sandbox and in-sandbox zygote, shared by its fixtures (as one grader's threads share them)."""
+
+    def __init__(self, assignment: str):
+        self.assignment = assignment
+        self.source = _notebook("source", assignment)
+        self.release = _notebook("release", assignment)
+        self.cells = kernel_test_cells(self.source)
+        self.box = sandbox.Sandbox(f"verdicts-{assignment}")
+        self.zygote = _Zygote(self.box) if DEVICE == "cpu" else None
+
+    def outcomes(self, nb: nbformat.NotebookNode) -> dict:
+        kernels, plain = kernels_from_notebook(nb)
+        with ThreadPoolExecutor(WORKERS) as pool:
+            results = pool.map(lambda cell: run_cell(cell[1], kernels, plain, timeout_factor=TIMEOUT_FACTOR,
+                                                     sandbox=self.box, zygote=self.zygote), self.cells)
+            return {gid: outcome for (gid, _), outcome in zip(self.cells, results)}
+
+    def close(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
+        self.box.close()
+
+
+@pytest.fixture(scope="module")
+def judged():
+    assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
+    made: dict[str, Judged] = {}
+
+    def get(assignment: str) -> Judged:
+        if assignment not in made:
+            made[assignment] = Judged(assignment)
+        return made[assignment]
+
+    yield get
+    for j in made.values():
+        j.close()
+
+
+def _params():
+    return [pytest.param(a, fx, id=f"{a}/{fx.name}") for a in ASSIGNMENTS for fx in fixtures(a)]
+
+
+@pytest.mark.parametrize("assignment,fixture", _params())
+def test_fixture_verdict(judged, assignment, fixture):
+    """Does each known-wrong kernel lose exactly its kernel tests, with its cause named, and each correct one
+    none? (The judge never runs the learner's code: each launch goes to the sandboxed runner.)"""
+    j = judged(assignment)
+    outcomes = j.outcomes(fixture.notebook(j.release, j.source))
+    reports = {gid: o.report() for gid, o in outcomes.items()}
+    if fixture.all_pass:
+        lost = {gid: reports[gid] for gid, o in outcomes.items() if not o.ok}
+        assert not lost, f"a correct kernel lost tests:\n" + "\n".join(lost.values())
+        return
+    unknown = fixture.expect_fail - {gid for gid, _ in j.cells}
+    kernel_fail = fixture.expect_fail - unknown
+    for gid, outcome in outcomes.items():
+        if gid in kernel_fail and DEVICE == "cuda" and gid in fixture.gpu_may_pass:
+            continue
+        if gid in kernel_fail:
+            assert not outcome.ok, f"{gid} should fail but passed"
+        else:
+            assert outcome.ok, f"{gid} should pass (the mistake costs only its own tests):\n{reports[gid]}"
+    if kernel_fail:
+        first = next(gid for gid, _ in j.cells if gid in kernel_fail)
+        assert fixture.expect_message.lower() in reports[first].lower(), reports[first]
+        assert "seed" in reports[first]

@@ -1,0 +1,511 @@
+"""The channel between the judge (instructor's checks, no learner code) and the runner (learner's kernels only).
+
+One Unix stream socket; each message is a JSON header and, after it, the raw bytes of the tensor storages it
+carries. Either side may call the other while a call of its own is waiting (the runner's autotuner calls the
+judge's timer, which calls back the runner's benchmark thunk), so every wait also serves the peer's requests.
+
+What crosses is data only, never code and never a pickle: numbers, strings, lists, tuples, dicts, dtypes,
+``triton.Config`` fields, tensors (by storage: bytes, offset, shape, strides, so views inside guard buffers and
+tensors sharing one storage arrive as they were; a storage the judge fenced with :class:`checking.Fenced` is
+re-created fenced), and references to objects that stay on their side (a learner's kernel, a judge's timer):
+the other side gets a :class:`Remote` proxy that forwards attribute reads, writes, calls and indexing.
+
+After a call from the judge that carried tensors, the runner sends back the bytes of their storages, which the
+judge copies in place: a kernel launch writes the judge's own buffers, exactly where the kernel stored.
+"""
+from __future__ import annotations
+
+import builtins
+import json
+import socket
+import struct
+import traceback
+import types
+
+import torch
+
+HEADER_LIMIT = 64 << 20  # bytes of JSON in one message
+BLOB_LIMIT = 8 << 30  # bytes of storages in one message
+
+
+class ChannelClosed(BaseException):
+    """The peer is gone (crashed, killed, or closed the channel). A BaseException: checks that turn every
+    Exception of a launch into a learner's message must let it through to the judge's top level."""
+
+
+class ProtocolError(BaseException):
+    """The peer sent something that is not a message of this protocol (a runner that was tampered with)."""
+
+
+class RemoteError(Exception):
+    """An exception raised on the other side; ``remote_type`` is its class name, ``where`` the learner's lines."""
+
+    remote_type = "Exception"
+    where = ""
+
+
+_ERROR_CLASSES: dict[str, type] = {}
+
+
+def _error_class(name: str) -> type:
+    """An exception class named like the remote one, derived from the builtin of that name when there is one
+    (so ``except TypeError`` and ``isinstance(err, NotImplementedError)`` still work), else from RemoteError."""
+    if name not in _ERROR_CLASSES:
+        base = getattr(builtins, name, None)
+        if not (isinstance(base, type) and issubclass(base, Exception)):
+            base = Exception
+        safe = "".join(ch for ch in name if ch.isalnum() or ch == "_")[:60] or "RemoteError"
+        _ERROR_CLASSES[name] = type(safe, (RemoteError, base) if base is not Exception else (RemoteError,), {})
+    return _ERROR_CLASSES[name]
+
+
+def make_error(info: dict) -> RemoteError:
+    cls = _error_class(str(info.get("type", "Exception")))
+    err = cls(str(info.get("message", ""))[:20000])
+    err.remote_type = str(info.get("type", ""))
+    err.where = str(info.get("where", ""))[:4000]
+    if info.get("cause"):
+        err.__cause__ = make_error(info["cause"])
+    return err
+
+
+def describe_error(err: BaseException, files: set[str] | None = None, depth: int = 0) -> dict:
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if files and f.filename in files]
+    out = {"type": type(err).__name__, "message": str(err)[:20000],
+           "where": "".join(traceback.format_list(frames[-3:]))}
+    cause = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    if cause is not None and depth < 3:
+        out["cause"] = describe_error(cause, files, depth + 1)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- framing
+def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 22))
+        if k == 0:
+            raise ChannelClosed("the other process closed the channel")
+        got += k
+    return buf
+
+
+def send_message(sock: socket.socket, header: dict, blobs: list) -> None:
+    header = dict(header, blobs=[len(b) for b in blobs])
+    data = json.dumps(header).encode()
+    try:
+        sock.sendall(struct.pack(">I", len(data)) + data)
+        for blob in blobs:
+            sock.sendall(blob)
+    except (BrokenPipeError, ConnectionResetError) as err:
+        raise ChannelClosed(str(err)) from None
+
+
+def recv_message(sock: socket.socket) -> tuple[dict, list[bytearray]]:
+    try:
+        (size,) = struct.unpack(">I", bytes(_recv_exactly(sock, 4)))
+        if size > HEADER_LIMIT:
+            raise ProtocolError(f"a message header of {size} bytes")
+        header = json.loads(bytes(_recv_exactly(sock, size)))
+        sizes = header.get("blobs", []) if isinstance(header, dict) else None
+        if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes) \
+                or sum(sizes) > BLOB_LIMIT:
+            raise ProtocolError("a malformed message")
+        return header, [_recv_exactly(sock, s) for s in sizes]
+    except (ConnectionResetError, OSError) as err:
+        if isinstance(err, (ProtocolError, ChannelClosed)):
+            raise
+        raise ChannelClosed(str(err)) from None
+    except ValueError as err:
+        raise ProtocolError(f"a message that is not JSON ({err})") from None
+
+
+# ------------------------------------------------------------------------------------------- fences
+# Storages made by checking.Fenced: data_ptr -> "end" | "start" (which side touches unreadable memory).
+FENCED: dict[int, str] = {}
+
+
+def _fenced_storage(nbytes: int, side: str):
+    from ..checking import Fenced
+
+    f = Fenced(max(nbytes, 1), torch.uint8, side)
+    return f.tensor[:nbytes].untyped_storage() if nbytes else f.tensor.untyped_storage(), f
+
+
+# ------------------------------------------------------------------------------------------- proxies
+class Remote:
+    """An object that lives on the other side of the channel."""
+
+    __slots__ = ("_ch", "_ref", "_info")
+
+    def __init__(self, ch: "Channel", ref: int, info: dict):
+        object.__setattr__(self, "_ch", ch)
+        object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_info", info)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__") and name != "__globals__":
+            raise AttributeError(name)
+        return self._ch.request("getattr", self._ref, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        self._ch.request("setattr", self._ref, name, value)
+
+    def __getitem__(self, key):
+        return self._ch.request("getitem", self._ref, key)
+
+    def __call__(self, *args, **kwargs):
+        return self._ch.request("call", self._ref, list(args), kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{self._info.get('type', 'object')} {self._info.get('name', '')}>".replace(" >", ">")
+
+    @property
+    def __name__(self) -> str:
+        return self._info.get("name") or self._info.get("type", "object")
+
+
+class RemoteJit(Remote):
+    """A learner's @triton.jit function, in the runner."""
+
+    __slots__ = ()
+
+
+class RemoteAutotuner(Remote):
+    """A learner's @triton.autotune kernel, in the runner."""
+
+    __slots__ = ()
+
+
+class RemoteFunction(Remote):
+    """A learner's plain Python function (phases 4 and 5), in the runner."""
+
+    __slots__ = ()
+
+
+def _proxy_class(kind: str) -> type:
+    return {"jit": RemoteJit, "autotuner": RemoteAutotuner, "function": RemoteFunction}.get(kind, Remote)
+
+
+def _kind_of(obj) -> str:
+    import types
+
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # pragma: no cover
+        InterpretedFunction = JITFunction
+    if isinstance(obj, Autotuner):
+        return "autotuner"
+    if isinstance(obj, (JITFunction, InterpretedFunction)):
+        return "jit"
+    if isinstance(obj, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        return "function"
+    return "object"
+
+
+# ------------------------------------------------------------------------------------------- the channel
+class Channel:
+    """One side of the channel. ``serve`` handles the peer's requests; ``request`` makes one and waits."""
+
+    def __init__(self, sock: socket.socket, *, role: str, learner_files: set[str] | None = None):
+        self.sock = sock
+        self.role = role  # "judge" | "runner"
+        self.learner_files = learner_files or set()
+        self.objects: dict[int, object] = {}  # ref -> object exposed to the peer
+        self.ids: dict[int, int] = {}  # id(object) -> ref
+        self.received: dict[int, tuple[int, object]] = {}  # id(tensor from the peer) -> (peer ref, tensor)
+        self.next_ref = 1
+        self.pending: BaseException | None = None  # a judge-side failure raised inside a callback
+        self.keep: list = []  # fences and storages that must outlive the call that made them
+
+    # ---- encoding
+    def _export(self, obj) -> int:
+        ref = self.ids.get(id(obj))
+        if ref is None:
+            ref = self.next_ref
+            self.next_ref += 1
+            self.objects[ref] = obj
+            self.ids[id(obj)] = ref
+        return ref
+
+    def encode(self, value, blobs: list, storages: dict, depth: int = 0):
+        if depth > 50:
+            raise ValueError("a value nested too deeply to send")
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value if not isinstance(value, float) else {"$f": repr(value)}
+        if isinstance(value, Remote) and value._ch is self:
+            return {"$peer": value._ref}
+        if isinstance(value, (list, tuple, set, frozenset)):
+            tag = {list: "$l", tuple: "$t"}.get(type(value), "$t")
+            return {tag: [self.encode(v, blobs, storages, depth + 1) for v in value]}
+        if isinstance(value, dict):
+            return {"$d": [[self.encode(k, blobs, storages, depth + 1), self.encode(v, blobs, storages, depth + 1)]
+                           for k, v in value.items()]}
+        if isinstance(value, torch.dtype):
+            return {"$dtype": str(value).replace("torch.", "")}
+        if isinstance(value, torch.device):
+            return {"$device": str(value)}
+        if isinstance(value, torch.Tensor):
+            return self._encode_tensor(value, blobs, storages)
+        try:
+            import numpy as np
+
+            if isinstance(value, np.generic):
+                return self.encode(value.item(), blobs, storages, depth + 1)
+        except ImportError:  # pragma: no cover
+            pass
+        from triton import Config
+
+        if isinstance(value, Config) and value.pre_hook is None:
+            return {"$config": {"kwargs": self.encode(dict(value.kwargs), blobs, storages, depth + 1),
+                                "num_warps": value.num_warps, "num_stages": value.num_stages,
+                                "num_ctas": value.num_ctas, "maxnreg": value.maxnreg}}
+        if self.role == "judge" and not _sendable_callback(value):
+            raise TypeError(f"the judge sends no {type(value).__name__} to the runner")
+        return {"$ref": self._export(value), "kind": _kind_of(value), "type": type(value).__name__,
+                "name": str(getattr(value, "__name__", ""))[:100]}
+
+    def _encode_tensor(self, t: torch.Tensor, blobs: list, storages: dict):
+        back = self.received.get(id(t))
+        if back is not None and back[1] is t:
+            return {"$peer_tensor": back[0]}
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in storages:
+            data = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage).detach()
+            blobs.append(memoryview(data.cpu().numpy()).cast("B") if data.numel() else b"")
+            storages[key] = {"index": len(blobs) - 1, "nbytes": storage.nbytes(), "device": t.device.type,
+                             "fence": FENCED.get(key), "storage": storage}
+        return {"$tensor": {"storage": storages[key]["index"], "offset": t.storage_offset(), "shape": list(t.shape),
+                            "stride": list(t.stride()), "dtype": str(t.dtype).replace("torch.", ""),
+                            "ref": self._export(t)}}
+
+    # ---- decoding
+    def decode(self, value, blobs: list, made: dict, depth: int = 0):
+        if depth > 50:
+            raise ProtocolError("a value nested too deeply")
+        if value is None or isinstance(value, (bool, int, str)):
+            return value
+        if isinstance(value, float):
+            return value
+        if not isinstance(value, dict) or len(value) < 1:
+            raise ProtocolError(f"an unknown value {str(value)[:80]}")
+        if "$f" in value:
+            return float(value["$f"])
+        if "$l" in value:
+            return [self.decode(v, blobs, made, depth + 1) for v in value["$l"]]
+        if "$t" in value:
+            return tuple(self.decode(v, blobs, made, depth + 1) for v in value["$t"])
+        if "$d" in value:
+            out = {}
+            for k, v in value["$d"]:
+                key = self.decode(k, blobs, made, depth + 1)
+                out[key if not isinstance(key, list) else tuple(key)] = self.decode(v, blobs, made, depth + 1)
+            return out
+        if "$dtype" in value:
+            dtype = getattr(torch, str(value["$dtype"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ProtocolError(f"an unknown dtype {value['$dtype']!r}")
+            return dtype
+        if "$device" in value:
+            return torch.device(str(value["$device"]))
+        if "$peer" in value:
+            ref = value["$peer"]
+            if ref not in self.objects:
+                raise ProtocolError("a reference to an object that was never sent")
+            return self.objects[ref]
+        if "$peer_tensor" in value:
+            obj = self.objects.get(value["$peer_tensor"])
+            if not isinstance(obj, torch.Tensor):
+                raise ProtocolError("a reference to a tensor that was never sent")
+            return obj
+        if "$tensor" in value:
+            return self._decode_tensor(value["$tensor"], blobs, made)
+        if "$config" in value:
+            from triton import Config
+
+            c = value["$config"]
+            kwargs = self.decode(c["kwargs"], blobs, made, depth + 1)
+            if not isinstance(kwargs, dict):
+                raise ProtocolError("a config without a dict of meta-parameters")
+            return Config(kwargs, num_warps=c.get("num_warps"), num_stages=c.get("num_stages"),
+                          num_ctas=c.get("num_ctas"), maxnreg=c.get("maxnreg"))
+        if "$ref" in value:
+            return _proxy_class(str(value.get("kind")))(self, int(value["$ref"]), {
+                "kind": str(value.get("kind")), "type": str(value.get("type"))[:100],
+                "name": str(value.get("name", ""))[:100]})
+        raise ProtocolError(f"an unknown value {str(value)[:80]}")
+
+    def _decode_tensor(self, spec: dict, blobs: list, made: dict) -> torch.Tensor:
+        index = spec["storage"]
+        if index not in made:
+            meta = self._storage_meta.get(index, {}) if hasattr(self, "_storage_meta") else {}
+            data = blobs[index]
+            device = meta.get("device", "cpu")
+            if device not in ("cpu", "cuda"):
+                raise ProtocolError(f"an unknown device {device!r}")
+            if meta.get("fence") in ("end", "start") and device == "cpu":
+                storage, keep = _fenced_storage(len(data), meta["fence"])
+                self.keep.append(keep)
+                FENCED[storage.data_ptr()] = meta["fence"]
+            else:
+                storage = torch.empty(len(data), dtype=torch.uint8, device=device).untyped_storage()
+            if len(data):
+                host = torch.frombuffer(data, dtype=torch.uint8)
+                torch.empty(0, dtype=torch.uint8, device=device).set_(storage).copy_(host)
+            made[index] = storage
+        dtype = getattr(torch, str(spec["dtype"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ProtocolError("a tensor of an unknown dtype")
+        storage = made[index]
+        t = torch.empty(0, dtype=dtype, device=storage.device).set_(storage, int(spec["offset"]),
+                                                                    tuple(spec["shape"]), tuple(spec["stride"]))
+        self.received[id(t)] = (int(spec["ref"]), t)
+        return t
+
+    # ---- messages
+    def _send(self, header: dict, values: dict) -> dict:
+        """Send ``header`` with ``values`` encoded; returns the storages sent (data_ptr -> info)."""
+        blobs: list = []
+        storages: dict = {}
+        body = {k: self.encode(v, blobs, storages) for k, v in values.items()}
+        header = dict(header, body=body,
+                      storages={str(s["index"]): {"nbytes": s["nbytes"], "device": s["device"], "fence": s["fence"]}
+                                for s in storages.values()})
+        send_message(self.sock, header, blobs)
+        return storages
+
+    def _recv(self) -> tuple[dict, dict, dict]:
+        header, blobs = recv_message(self.sock)
+        meta = header.get("storages", {})
+        if not isinstance(meta, dict):
+            raise ProtocolError("a malformed message")
+        self._storage_meta = {int(k): v for k, v in meta.items() if isinstance(v, dict)}
+        for index, info in self._storage_meta.items():
+            if index >= len(blobs) or info.get("nbytes") != len(blobs[index]):
+                raise ProtocolError("a storage whose size does not match its bytes")
+        made: dict = {}
+        body = header.get("body", {})
+        if not isinstance(body, dict):
+            raise ProtocolError("a malformed message")
+        values = {k: self.decode(v, blobs, made) for k, v in body.items()}
+        return header, values, {"blobs": blobs, "made": made}
+
+    def request(self, op: str, ref: int, *args):
+        """Ask the peer to do ``op`` on its object ``ref``; serve the peer's requests until the answer comes."""
+        values = {str(i): a for i, a in enumerate(args)}
+        sent = self._send({"op": op, "ref": ref}, values)
+        while True:
+            header, reply, raw = self._recv()
+            if "op" in header:
+                self._serve_one(header, reply, raw)
+                continue
+            self._write_back(sent, header, raw["blobs"])
+            if self.pending is not None:
+                pending, self.pending = self.pending, None
+                raise pending
+            if "error" in header:
+                raise make_error(header["error"] if isinstance(header["error"], dict) else {})
+            return reply.get("value")
+
+    def _write_back(self, sent: dict, header: dict, blobs: list) -> None:
+        """Copy the storages the peer sent back (after a call that carried tensors) into ours, in place."""
+        back = header.get("back", {})
+        if not isinstance(back, dict):
+            raise ProtocolError("a malformed reply")
+        by_index = {s["index"]: s for s in sent.values()}
+        for index_text, blob_index in back.items():
+            info = by_index.get(int(index_text))
+            if info is None or not isinstance(blob_index, int) or blob_index >= len(blobs) \
+                    or len(blobs[blob_index]) != info["nbytes"]:
+                raise ProtocolError("storages sent back that do not match those sent")
+            if info["nbytes"]:
+                storage = info["storage"]
+                torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage).copy_(
+                    torch.frombuffer(blobs[blob_index], dtype=torch.uint8))
+
+    def serve(self) -> None:
+        """Handle the peer's requests until it closes the channel."""
+        while True:
+            try:
+                header, values, raw = self._recv()
+            except ChannelClosed:
+                return
+            if "op" not in header:
+                raise ProtocolError("an answer to a question that was not asked")
+            self._serve_one(header, values, raw)
+
+    def _serve_one(self, header: dict, values: dict, raw: dict) -> None:
+        try:
+            obj = self.objects[header["ref"]] if header.get("ref") else None
+            if header.get("ref") and obj is None:
+                raise KeyError("an unknown object")
+            args = [values.get(str(i)) for i in range(len(values))]
+            value = self._do(header.get("op"), obj, args)
+            reply, error = {"value": value}, None
+        except ChannelClosed:
+            raise
+        except BaseException as err:  # anything the object raised is the caller's to see
+            if self.role == "judge" and not isinstance(err, Exception):
+                raise
+            if self.role == "judge" and type(err).__name__ == "KernelCheckError":
+                self.pending = err  # a verdict raised inside a callback: re-raised when the outer call returns
+            reply, error = {}, describe_error(err, self.learner_files)
+        # The storages of every tensor that came with the request go back, as the call left them.
+        made = raw["made"]
+        blobs_back: list = []
+        back = {}
+        for index, storage in made.items():
+            data = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+            blobs_back.append(memoryview(data.cpu().numpy()).cast("B") if data.numel() else b"")
+            back[str(index)] = len(blobs_back) - 1
+        blobs: list = list(blobs_back)
+        storages: dict = {}
+        try:
+            body = {k: self.encode(v, blobs, storages) for k, v in reply.items()}
+        except Exception as err:
+            body, error = {}, {"type": "TypeError", "message": f"a value the grader cannot read back: {err}"}
+        header_out = {"back": back, "body": body,
+                      "storages": {str(s["index"]): {"nbytes": s["nbytes"], "device": s["device"], "fence": None}
+                                   for s in storages.values()}}
+        if error is not None:
+            header_out["error"] = error
+        send_message(self.sock, header_out, blobs)
+
+    def _do(self, op, obj, args):
+        if self.role == "judge" and op != "call":  # the runner may call the judge's callbacks, nothing more
+            raise PermissionError(f"the runner may not {op} the judge's objects")
+        if op == "getattr":
+            name = str(args[0])
+            if name == "__globals__" and callable(obj):  # the learner's module-level values (configs, lists)
+                return {k: v for k, v in getattr(obj, "__globals__", {}).items()
+                        if not k.startswith("_") and not callable(v) and not isinstance(v, types.ModuleType)}
+            return getattr(obj, name)
+        if op == "setattr":
+            setattr(obj, str(args[0]), args[1])
+            return None
+        if op == "getitem":
+            return obj[args[0]]
+        if op == "call":
+            result = obj(*args[0], **(args[1] or {}))
+            if self.role == "runner":
+                _synchronize()
+            return result
+        raise ProtocolError(f"an unknown operation {op!r}")
+
+
+def _sendable_callback(value) -> bool:
+    """What the judge may lend the runner: functions and bound methods (a timer, a grid, a provider), which the
+    runner can only call; never a module, a class or any other object it could explore."""
+    import functools
+
+    return isinstance(value, (types.FunctionType, types.MethodType, functools.partial))
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
