@@ -35,6 +35,7 @@ def connect(workdir: str) -> socket.socket:
 
 
 def main(workdir: str) -> int:
+    sys.dont_write_bytecode = True  # -I ignores PYTHONDONTWRITEBYTECODE
     from tritoncourse.device import setup_device
 
     setup_device()
