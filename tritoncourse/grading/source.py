@@ -1,27 +1,25 @@
 """Taking a learner's kernels as source text: from a notebook file or from a live Jupyter namespace.
 
 Only definitions are taken (parsed, never run here): ``@triton.jit`` kernels (autotuned or not), and
-from solution cells plain functions and configuration literals. Each is linted: a Triton kernel can
-only use ``tl``, other kernels, constants and a few builtins, a plain function cannot import, touch
-dunders or assign to module attributes, so nothing taken can tamper with the checks beside it.
+from solution cells plain functions and configuration literals. Each is linted (lint.py: a whitelist over
+the whole definition, decorators, defaults and annotations included): a Triton kernel can only use ``tl``,
+other kernels, constants and a few builtins, a plain function cannot import, touch dunders, assign to
+module attributes or reach other modules, so nothing taken can tamper with the checks beside it.
 """
 from __future__ import annotations
 
 import ast
 import builtins
-import textwrap
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# Builtins a Triton kernel may call (the interpreter runs the body as Python; the compiler accepts these).
-ALLOWED_BUILTINS = {"range", "min", "max", "int", "float", "bool", "len", "abs", "print", "isinstance",
-                    "True", "False", "None", "tuple", "zip", "enumerate"}
+from .lint import ALLOWED_BUILTINS, lint_function, lint_jit, lint_value, literal_problems  # noqa: F401
+
+# Names a Triton kernel may start an attribute path from (the runner imports them for the learner's module).
 ALLOWED_MODULES = {"tl", "triton", "math"}
-# tl.<name>.<name> chains allowed below these submodules.
-ALLOWED_SUBMODULES = {"math", "extra", "libdevice", "cuda"}
-DISALLOWED_NODES = (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ClassDef, ast.Lambda,
-                    ast.Try, ast.With, ast.Yield, ast.YieldFrom, ast.Await, ast.AsyncFunctionDef,
-                    ast.Delete, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
+# Names the grader's module defines itself: a learner's definition of the same name is never taken into it.
+RESERVED = ALLOWED_MODULES | {"torch", "statistics"}
 
 
 # CPython 3.11 can fail ("AST constructor recursion depth mismatch", gh-106905) when threads parse at
@@ -52,41 +50,9 @@ def _dotted(node: ast.expr) -> str:
     return ""
 
 
-def _decorator_kind(dec: ast.expr) -> str | None:
-    """'jit' for @triton.jit, 'tuner' for @triton.autotune(...) / @triton.heuristics(...), else None."""
-    name = _dotted(dec.func if isinstance(dec, ast.Call) else dec)
-    if name in ("triton.jit", "jit"):
-        return "jit"
-    if isinstance(dec, ast.Call) and name in ("triton.autotune", "autotune", "triton.heuristics", "heuristics"):
-        return "tuner"
-    return None
-
-
 def _is_kernel_def(node: ast.FunctionDef) -> bool:
-    kinds = [_decorator_kind(d) for d in node.decorator_list]
-    return bool(kinds) and kinds[-1] == "jit" and all(k in ("jit", "tuner") for k in kinds)
-
-
-# Values a learner may define for the autotuner (configs, keys): literals, triton.Config(...), range(...),
-# comprehensions over them. Nothing else runs in the checking process.
-_LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.comprehension,
-                  ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp, ast.keyword, ast.Load, ast.Store,
-                  ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.Name, ast.Call, ast.Attribute,
-                  ast.Starred)
-_LITERAL_CALLS = {"triton.Config", "range", "dict", "list", "tuple", "zip"}
-
-
-def literal_problems(expr: ast.AST) -> list[str]:
-    """Why ``expr`` is not a plain configuration literal (empty when it is one)."""
-    problems = []
-    for node in ast.walk(expr):
-        if not isinstance(node, _LITERAL_NODES):
-            problems.append(f"`{type(node).__name__}` is not allowed in a configuration value")
-        elif isinstance(node, ast.Call) and _dotted(node.func) not in _LITERAL_CALLS:
-            problems.append(f"calling `{_dotted(node.func) or '?'}` is not allowed in a configuration value")
-        elif isinstance(node, ast.Attribute) and _dotted(node) != "triton.Config":
-            problems.append(f"`{_dotted(node)}` is not allowed in a configuration value")
-    return problems
+    """A function with @triton.jit (or @jit) among its decorators: a kernel, whose lint checks them all."""
+    return any(_dotted(d.func if isinstance(d, ast.Call) else d) in ("triton.jit", "jit") for d in node.decorator_list)
 
 
 def _strip_magics(text: str) -> str:
@@ -123,6 +89,28 @@ def free_names(tree: ast.AST) -> set[str]:
     return loaded - bound
 
 
+def _uses(fn: ast.FunctionDef) -> set[str]:
+    """The global names a function uses: in its body, and in its decorators, defaults and annotations, which
+    are evaluated outside it (where its own argument names mean nothing)."""
+    a = fn.args
+    outside = fn.decorator_list + a.defaults + [d for d in a.kw_defaults if d is not None] + [fn.returns] + [
+        arg.annotation for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if arg is not None]
+    return free_names(fn) | {n.id for e in outside if e is not None for n in ast.walk(e)
+                             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _segment(lines: list[str], node: ast.stmt) -> str:
+    """The exact text of a top-level statement, decorators included: not the rest of its lines, so that a
+    statement after `;` on the same line is never taken with it. (Column offsets count UTF-8 bytes.)"""
+    decorated = bool(getattr(node, "decorator_list", None))
+    first = min([d.lineno for d in node.decorator_list] + [node.lineno]) if decorated else node.lineno
+    chunk = [line.encode() for line in lines[first - 1:node.end_lineno]]
+    chunk[-1] = chunk[-1][:node.end_col_offset]
+    if not decorated:  # a decorator's `@` starts its line
+        chunk[0] = chunk[0][node.col_offset:]
+    return "\n".join(c.decode() for c in chunk) + "\n"
+
+
 def _kernels_in_text(text: str, origin: str, solution: bool = True) -> tuple[dict[str, KernelSource], set[str]]:
     """Definitions at the top level of ``text``: (taken definitions by name, names of plain functions).
 
@@ -137,14 +125,13 @@ def _kernels_in_text(text: str, origin: str, solution: bool = True) -> tuple[dic
     found, plain = {}, set()
     lines = stripped.splitlines()
     for node in tree.body:
-        start = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
-        src = textwrap.dedent("\n".join(lines[start - 1:node.end_lineno])) + "\n"
+        src = _segment(lines, node)
         if isinstance(node, ast.FunctionDef) and _is_kernel_def(node):
-            found[node.name] = KernelSource(node.name, src, origin, free_names(node), "jit")
+            found[node.name] = KernelSource(node.name, src, origin, _uses(node), "jit")
         elif isinstance(node, ast.FunctionDef):
             plain.add(node.name)
-            if solution and not node.decorator_list:
-                found[node.name] = KernelSource(node.name, src, origin, free_names(node), "function")
+            if solution:  # decorated too: the lint then says why a decorator is refused
+                found[node.name] = KernelSource(node.name, src, origin, _uses(node), "function")
         elif solution and isinstance(node, ast.Assign) and len(node.targets) == 1 \
                 and isinstance(node.targets[0], ast.Name) and not literal_problems(node.value):
             found[node.targets[0].id] = KernelSource(node.targets[0].id, src, origin, free_names(node.value),
@@ -187,83 +174,22 @@ def kernels_from_history(inputs: list[str]) -> tuple[dict[str, KernelSource], se
     return found, plain
 
 
-# Plain Python graded functions (phase 4) run in the checking process: they may use these modules and
-# any builtin but these, and may not import, touch dunders or assign to module attributes.
-FUNCTION_MODULES = {"math", "statistics", "torch", "triton", "tl"}
-FORBIDDEN_BUILTINS = {"exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
-                      "globals", "locals", "vars", "breakpoint", "input", "exit", "quit", "memoryview",
-                      "object", "type", "super", "help", "dir"}
+def lint_kernel(k: KernelSource, known: Mapping[str, str] | set[str]) -> list[str]:
+    """Problems that stop a definition from being run by the grader (empty when it is fine).
 
-
-def _lint_function(fn: ast.FunctionDef, known: set[str]) -> list[str]:
-    problems = []
-    for node in ast.walk(fn):
-        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ClassDef, ast.Delete)):
-            problems.append(f"line {node.lineno}: `{type(node).__name__}` is not allowed in a graded function "
-                            "(the modules it may use are already imported: math, statistics, torch, triton)")
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
-            problems.append(f"line {node.lineno}: attribute `{node.attr}` is not allowed in a graded function")
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            problems.append(f"line {node.lineno}: assigning to `{_dotted(node)}` is not allowed in a graded "
-                            "function")
-    for name in sorted(free_names(fn)):
-        if name in FUNCTION_MODULES or name in known:
-            continue
-        if name in FORBIDDEN_BUILTINS or (name.startswith("_") and hasattr(builtins, name)):
-            problems.append(f"the builtin `{name}` is not allowed in a graded function")
-        elif not hasattr(builtins, name):
-            problems.append(f"`{name}` is not defined for the function: define it inside the function, or "
-                            "in the same solution cell")
-    return problems
-
-
-def _lint_jit(fn: ast.FunctionDef, known: set[str]) -> list[str]:
-    problems = []
-    for dec in fn.decorator_list:
-        if isinstance(dec, ast.Call):
-            for arg in list(dec.args) + [k.value for k in dec.keywords]:
-                problems += [f"decorator: {p}" for p in literal_problems(arg)]
-    names: set[str] = set()
-    for stmt in fn.body:
-        names |= free_names(stmt)
-    bound = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
-    for stmt in fn.body:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                bound.add(node.id)
-    if "NotImplementedError" in names:
-        return ["the kernel is not written yet: replace `raise NotImplementedError()` with your code"]
-    for stmt in fn.body:
-        for node in ast.walk(stmt):
-            if isinstance(node, (ast.FunctionDef,) + DISALLOWED_NODES):
-                problems.append(f"line {node.lineno}: `{type(node).__name__}` is not allowed inside a Triton kernel")
-            elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
-                problems.append(f"line {node.lineno}: attribute `{node.attr}` is not allowed inside a Triton kernel")
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
-                inner = node.value
-                if isinstance(inner.value, ast.Name) and inner.value.id in ALLOWED_MODULES \
-                        and inner.attr not in ALLOWED_SUBMODULES and inner.value.id != "triton":
-                    problems.append(f"line {node.lineno}: `{inner.value.id}.{inner.attr}.{node.attr}` "
-                                    "is not part of triton.language")
-    for name in sorted(names - bound):
-        if name in ALLOWED_MODULES or name in known or name in ALLOWED_BUILTINS:
-            continue
-        if hasattr(builtins, name):
-            problems.append(f"the builtin `{name}` is not allowed inside a Triton kernel")
-        else:
-            problems.append(f"`{name}` is not defined for the kernel: a kernel may only use tl, other "
-                            "@triton.jit functions, its arguments and constants")
-    return problems
-
-
-def lint_kernel(k: KernelSource, known: set[str]) -> list[str]:
-    """Problems that stop a definition from being run by the grader (empty when it is fine)."""
-    node = parse(k.source).body[0]
+    ``known``: the other definitions taken from the notebook, by name, with their kind (jit, function, value).
+    """
+    if not isinstance(known, Mapping):
+        known = dict.fromkeys(known, "jit")
+    body = parse(k.source).body
+    expected = ast.Assign if k.kind == "value" else ast.FunctionDef
+    if len(body) != 1 or not isinstance(body[0], expected):
+        return [f"`{k.name}` could not be taken on its own from your notebook: write it as a definition of its own"]
     if k.kind == "jit":
-        return _lint_jit(node, known)
+        return lint_jit(body[0], known)
     if k.kind == "function":
-        return _lint_function(node, known)
-    return literal_problems(node.value)
+        return lint_function(body[0], known)
+    return lint_value(body[0], known)
 
 
 @dataclass
@@ -293,13 +219,14 @@ def assemble(test_source: str, kernels: dict[str, KernelSource], plain: set[str]
     needed -= set(dir(builtins)) | set(provided) | ALLOWED_MODULES
     problems: list[str] = []
     order: list[str] = []
+    reserved = RESERVED | set(provided)
 
     def visit(name: str, stack: tuple[str, ...]) -> None:
         if name in order or name in stack:
             return
         k = kernels[name]
         for dep in sorted(k.calls):
-            if dep in kernels:
+            if dep in kernels and dep not in reserved:  # the grader's own tl, torch... are never replaced
                 visit(dep, stack + (name,))
         order.append(name)
 
@@ -315,7 +242,7 @@ def assemble(test_source: str, kernels: dict[str, KernelSource], plain: set[str]
         else:
             problems.append(f"`{name}` was not found in the notebook's solution cells (did you rename or "
                             "delete it?)")
-    known = set(kernels)
+    known = {n: k.kind for n, k in kernels.items()}
     for name in order:
         for p in lint_kernel(kernels[name], known):
             problems.append(f"`{name}` ({kernels[name].cell}): {p}")
