@@ -1,5 +1,11 @@
-"""Real `nbgrader autograde` on every phase: the reference, the untouched release, and a folder of wrong,
-cheating and correct-but-different submissions per phase (tests/submissions/<assignment>/).
+"""Real `nbgrader autograde` on every phase: the six standard learners (reference, untouched release, filled
+release, deleted tests, edited tests, a broken file) and one fixture of tests/submissions/<assignment>/ per
+failure class (NBGRADER_FIXTURES: a correct kernel written differently, wrong values, a crash or stray access, a
+refused definition, and in phase 1 the notebook-level cheats and an endless loop).
+
+Every fixture's verdict is proved below this, in tests/test_verdicts.py, through the grader's own judge and
+sandboxed runner without nbgrader; here nbgrader's part is proved (restored tests, scores, feedback).
+TRITONCOURSE_GRADING_FIXTURES=all grades every fixture through nbgrader too (a GPU run, a release check).
 
 Each phase is graded once (all its submissions, one gradebook); the tests then ask the gradebook and the
 autograded notebooks questions.
@@ -21,9 +27,34 @@ ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 _FLAGS = dict(flag.split("=", 1) for flag in ("--IsolatedKernelTests.timeout_factor=0.5", "--ResilientExecute.timeout=60",
                                                *os.environ.get("TRITONCOURSE_GRADING_FLAGS", "").split()))
 FLAGS = tuple(f"{key}={value}" for key, value in _FLAGS.items())
+# One fixture per failure class and phase, graded through real nbgrader (every fixture: tests/test_verdicts.py).
+NBGRADER_FIXTURES = {
+    # notebook-level cheats and faults (they act on the notebook's run, which only nbgrader does), an endless
+    # loop (the time limit), a crash (the CPU fence), wrong values, a refused definition, a correct variant
+    "01_vector_add": {"wrong_input_transformer", "wrong_monkeypatch", "correct_broken_unrelated_cell",
+                      "wrong_endless_loop", "wrong_segfault", "wrong_shifted_offsets", "wrong_python_function",
+                      "correct_helper_and_int64"},
+    "02_softmax": {"correct_jit_helpers", "wrong_no_max_subtraction", "wrong_unmasked_load_masked_store",
+                   "wrong_torch_in_kernel"},
+    "03_matmul_relu": {"correct_k_outer_masks", "wrong_no_relu", "wrong_k_tail_unmasked", "wrong_monkeypatch_checks"},
+    "04_benchmarking": {"correct_statistics_and_helpers", "wrong_gbps_gib", "wrong_kernel_unmasked_loads",
+                        "wrong_tampers_with_statistics"},
+    "05_autotuning": {"correct_pointer_advance_datacenter", "wrong_key_misspelt", "wrong_not_autotuned",
+                      "wrong_configs_from_a_function"},
+    "06_fused_attention": {"correct_single_loop", "wrong_no_rescale", "wrong_unmasked_key_load",
+                           "wrong_wrapper_calls_sdpa"},
+}
 # TRITONCOURSE_GRADING_FIXTURES=name,name grades only those fixtures (and the six standard learners): a GPU run
-# with little device time picks the submissions that matter; every other fixture's test is skipped, saying so.
-ONLY = {name for name in os.environ.get("TRITONCOURSE_GRADING_FIXTURES", "").split(",") if name}
+# with little device time picks the submissions that matter; =all grades every fixture; unset, NBGRADER_FIXTURES.
+_ONLY = os.environ.get("TRITONCOURSE_GRADING_FIXTURES", "")
+ONLY = {name for name in _ONLY.split(",") if name and _ONLY != "all"}
+
+
+def chosen(assignment: str, name: str) -> bool:
+    """Whether fixture ``name`` of ``assignment`` is graded through nbgrader in this run."""
+    if _ONLY == "all":
+        return True
+    return name in ONLY if ONLY else name in NBGRADER_FIXTURES.get(assignment, set())
 # TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners (their tests are skipped, saying so): a GPU
 # run that has already graded them spends its time on fixtures alone.
 STANDARD = os.environ.get("TRITONCOURSE_GRADING_STANDARD", "1") != "0"
@@ -97,7 +128,7 @@ def graded(tmp_path_factory):
             if STANDARD:
                 submit_standard(submit, shards[0], assignment, release, source)
             for fx in fixtures(assignment):
-                if not ONLY or fx.name in ONLY:
+                if chosen(assignment, fx.name):
                     submit(fx.name, fx.notebook(release, source))
             with ThreadPoolExecutor(SHARDS) as pool:
                 procs = list(pool.map(lambda c: c.autograde(assignment, *FLAGS), shards))
@@ -160,15 +191,20 @@ def test_a_broken_submission_does_not_stop_the_others(graded, assignment):
 
 
 def _fixture_params():
-    return [pytest.param(a, fx, id=f"{a}/{fx.name}") for a in ASSIGNMENTS for fx in fixtures(a)]
+    return [pytest.param(a, fx, id=f"{a}/{fx.name}") for a in ASSIGNMENTS for fx in fixtures(a) if chosen(a, fx.name)]
+
+
+def test_every_chosen_fixture_exists():
+    """NBGRADER_FIXTURES names real fixtures (a renamed file must not silently drop out of nbgrader's tier)."""
+    for assignment, names in NBGRADER_FIXTURES.items():
+        missing = names - {fx.name for fx in fixtures(assignment)}
+        assert not missing, f"{assignment}: no such fixtures {missing}"
 
 
 @pytest.mark.parametrize("assignment,fixture", _fixture_params())
 def test_submission_is_judged_right(graded, assignment, fixture):
     """Does each known-wrong submission lose exactly its tests' points, with a message naming the cause,
     and does each correct-but-different one get full marks?"""
-    if ONLY and fixture.name not in ONLY:
-        pytest.skip("not in TRITONCOURSE_GRADING_FIXTURES")
     g = graded(assignment)
     scores = g.scores(fixture.name)
     feedback = g.feedback(fixture.name)
