@@ -99,3 +99,35 @@ try:
 except Exception as _err:  # pragma: no cover
     print(f"nbgrader_config.py: RestoreCellMetadata not installed ({_err!r})", file=sys.stderr)
 # ---- end of the instructor's workflow section ----------------------------------------------------------
+
+# ---- Inert learner markup in the instructor's pages (issue 31; tritoncourse/classroom/sanitize.py) -------------
+# Formgrader's submission pages and `nbgrader generate_feedback` both render notebooks with nbconvert's
+# HTMLExporter, configured here. A learner's outputs and markdown would otherwise run as script in the
+# instructor's browser (Formgrader is served by the instructor's own Jupyter server). InertLearnerContent drops
+# scripts, widgets and unknown mimetypes from outputs and cleans their metadata; the markdown2html and clean_html
+# filters sanitize every rendered markdown cell, markdown output and HTML output (an allow-list: no script,
+# event handler, javascript: link, iframe, object, form, style sheet, or image that is not data:); and the
+# course's templates/*/mathjax.html.j2 give both pages a Content-Security-Policy. Guarded like the steps above:
+# if the import fails, everything is named by its dotted path, so that Formgrader and generate_feedback fail
+# instead of rendering learner markup live.
+try:
+    from tritoncourse.classroom.sanitize import FILTERS as _inert_filters  # noqa: E402
+    from tritoncourse.classroom.sanitize import TEMPLATE_BASEDIR as _inert_templates  # noqa: E402
+    from tritoncourse.classroom.sanitize import InertLearnerContent  # noqa: E402
+except Exception as _err:  # pragma: no cover
+    print(f"nbgrader_config.py: the inert-page steps are not importable ({_err!r}); Formgrader and "
+          "generate_feedback will fail rather than show learner markup live.", file=sys.stderr)
+    InertLearnerContent = "tritoncourse.classroom.sanitize.InertLearnerContent"
+    _inert_filters = {"markdown2html": "tritoncourse.classroom.sanitize.SafeMarkdown2HTML",
+                      "clean_html": "tritoncourse.classroom.sanitize.clean_html",
+                      "inert_head": "tritoncourse.classroom.sanitize.inert_head"}
+    _inert_templates = os.path.join(c.CourseDirectory.root, "tritoncourse", "classroom", "templates")
+import nbgrader as _nbgrader  # noqa: E402
+
+c.HTMLExporter.preprocessors = [InertLearnerContent]
+c.HTMLExporter.sanitize_html = True  # nbconvert's classic blocks: no JavaScript or widget outputs, clean_html on HTML
+c.HTMLExporter.filters = dict(_inert_filters)
+# The course's templates first (their mathjax.html.j2 writes the CSP), then nbgrader's formgrade/ and feedback/.
+c.HTMLExporter.extra_template_basedirs = [
+    _inert_templates, os.path.join(os.path.dirname(_nbgrader.__file__), "server_extensions", "formgrader", "templates")]
+# ---- end of the inert-pages section ------------------------------------------------------------------------------
