@@ -13,6 +13,7 @@ import os
 import random
 import shlex
 import shutil
+import stat
 import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -103,6 +104,37 @@ def _unresponsive() -> NotebookNode:
         "This cell never finished, and the notebook's Python process did not answer after it was interrupted "
         "(a GPU kernel that never ends cannot be interrupted). Later cells were not run; the tests were graded "
         "outside the notebook.")
+
+
+def _course_directory(pre):
+    """The nbgrader CourseDirectory of the converter that runs preprocessor ``pre`` (found through its parents: the
+    exporter, then the converter), else one made from ``pre``'s configuration (nbgrader_config.py's root)."""
+    obj = pre
+    for _ in range(8):
+        obj = getattr(obj, "parent", None)
+        if obj is None:
+            break
+        coursedir = getattr(obj, "coursedir", None)
+        if coursedir is not None:
+            return coursedir
+    from nbgrader.coursedir import CourseDirectory
+
+    return CourseDirectory(config=pre.config)
+
+
+def _submitted_steps(pre, resources) -> tuple[str, tuple[str, ...]] | None:
+    """(submitted/, the steps from it to the submitted notebook) of the notebook being graded, or None when the
+    resources do not say which notebook it is."""
+    info = resources.get("nbgrader", {}) if isinstance(resources, dict) else {}
+    student, assignment, notebook = (info.get(k) for k in ("student", "assignment", "notebook"))
+    if not (student and assignment and notebook):
+        return None
+    coursedir = _course_directory(pre)
+    name = f"{notebook}.ipynb"
+    if coursedir.directory_structure == os.path.join("{nbgrader_step}", "{student_id}", "{assignment_id}"):
+        return os.path.join(coursedir.root, coursedir.submitted_directory), (str(student), str(assignment), name)
+    folder = coursedir.format_path(coursedir.submitted_directory, str(student), str(assignment))
+    return os.path.dirname(folder), (os.path.basename(folder), name)
 
 
 class RestoreDeletedCells(OverwriteCells):
@@ -241,7 +273,6 @@ class ResilientExecute(Execute):
     probe_timeout = Integer(20, help="Seconds the kernel has to answer after a cell's time-out.").tag(config=True)
     output_limit = Integer(4 << 20, help="Bytes of output one cell may send the grader; the rest is dropped "
                            "(a cell that prints gigabytes must not fill the grader's memory).").tag(config=True)
-
     def preprocess(self, nb, resources=None, km=None):
         self._running = self._done = None  # the cell being run, the last cell run
         self._box = self._keep = None
@@ -292,17 +323,50 @@ class ResilientExecute(Execute):
                           ip=str(box.shared / "kernel"), connection_file=str(box.shared / "connection.json"))
         return self.km
 
+    def _grading_folder(self, resources) -> str | None:
+        """The autograded folder of the notebook being graded, when it is verifiably the one nbgrader made for it:
+        ``<course root>/autograded/<student>/<assignment>`` of the configured course, reached without any symbolic
+        link below the course root, and holding the graded notebook as a regular file. None otherwise (logged):
+        destructive steps act on this folder only, so that a wrong path (a shared folder, a link) loses nothing."""
+        try:
+            folder = resources.get("metadata", {}).get("path") if isinstance(resources, dict) else None
+            info = resources.get("nbgrader", {}) if isinstance(resources, dict) else {}
+            student, assignment, notebook = (info.get(k) for k in ("student", "assignment", "notebook"))
+            if not (folder and student and assignment and notebook):
+                return None
+            coursedir = _course_directory(self)
+            root = os.path.realpath(coursedir.root)
+            expected = os.path.realpath(coursedir.format_path(coursedir.autograded_directory, str(student),
+                                                              str(assignment)))
+            real = os.path.realpath(folder)
+            below = os.path.relpath(expected, root).split(os.sep)
+            ok = real == expected and below[0] not in ("..", ".") and len(below) >= 2
+            step = root
+            for part in below if ok else ():
+                step = os.path.join(step, part)
+                ok = ok and stat.S_ISDIR(os.lstat(step).st_mode)  # a folder, not a link to one
+            notebook_path = os.path.join(real, f"{notebook}.ipynb")
+            ok = ok and stat.S_ISREG(os.lstat(notebook_path).st_mode)
+            if ok:
+                return real
+            self.log.error("%s is not this notebook's autograded folder (%s under the course %s, holding %s.ipynb): "
+                           "nothing in it is deleted.", folder, os.path.join(*below), root, notebook)
+        except Exception:
+            self.log.error("Could not verify the notebook's autograded folder: nothing in it is deleted.",
+                           exc_info=True)
+        return None
+
     def _drop_linked_copies(self, resources) -> None:
         """nbgrader copies a submission's other files into autograded/ through symlinks: a learner's link to the
         gradebook or into source/ became a copy there, and then in their feedback. Such copies are removed."""
         try:
-            build = resources.get("metadata", {}).get("path")
-            info = resources.get("nbgrader", {})
-            if not build or not info.get("student") or not info.get("assignment"):
+            build = self._grading_folder(resources)
+            steps = _submitted_steps(self, resources)
+            if not build or steps is None:
                 return
-            build = os.path.realpath(build)
-            course = os.path.dirname(os.path.dirname(os.path.dirname(build)))  # autograded/<student>/<assignment>
-            submitted = os.path.join(course, "submitted", str(info["student"]), str(info["assignment"]))
+            submitted = os.path.join(steps[0], *steps[1][:-1])
+            if os.path.islink(submitted) or not os.path.isdir(submitted):
+                return
             for folder, dirs, files in os.walk(submitted):
                 for name in dirs + files:
                     path = os.path.join(folder, name)
@@ -322,8 +386,13 @@ class ResilientExecute(Execute):
         the course's assignments have no other files. Anything else nbgrader copied beside the notebook from the
         submission (where a symlink to source/ or to the gradebook becomes a real copy) is deleted from the
         autograded folder: it never reaches the feedback made from that folder."""
-        folder = self.resources.get("metadata", {}).get("path") if isinstance(self.resources, dict) else None
-        if not folder or not os.path.isdir(folder):
+        self._remove_strays(self.resources)
+
+    def _remove_strays(self, resources) -> None:
+        """Delete every entry of the notebook's autograded folder that is not a notebook, a verdicts log or
+        nbgrader's timestamp: only in a folder :meth:`_grading_folder` verified, else nothing."""
+        folder = self._grading_folder(resources)
+        if folder is None:
             return
         for entry in list(os.scandir(folder)):
             if (entry.name.endswith((".ipynb", ".verdicts.json")) or entry.name == "timestamp.txt") \
