@@ -400,7 +400,8 @@ class DaskExecutor:
             "source": {str(p.relative_to(source)): p.read_bytes() for p in sorted(source.rglob("*"))
                        if p.is_file() and p.suffix != ".ipynb" and ".ipynb_checkpoints" not in p.parts}
             if source.is_dir() else {},
-            "submission": {name: path.read_bytes() for name, path in task.files.items()},
+            "submission": {name: path if isinstance(path, bytes) else path.read_bytes()
+                           for name, path in task.submission().items()},
             "gradebook": learner_copy(template, task.assignment, task.student),
             "argv": g.autograde_argv(task, self.options.test_workers or 1),
             "test_workers": self.options.test_workers, "notebook_timeout": g.notebook_timeout,

@@ -31,6 +31,7 @@ from ..device import infer_device
 from . import sandbox
 from .isolated import (GRADER_ERROR, Outcome, _Zygote, grader_error_outcome, is_kernel_test, parse_cell, run_cell,
                        test_title)
+from .links import MARKER, learner_message, link_target, refusal, refused_reason
 from .source import kernels_from_notebook
 
 
@@ -137,6 +138,32 @@ def _submitted_steps(pre, resources) -> tuple[str, tuple[str, ...]] | None:
     return os.path.dirname(folder), (os.path.basename(folder), name)
 
 
+def submission_refusal(pre, resources) -> str | None:
+    """Why the submitted notebook being graded must not be graded as what it shows (links.refusal: a symbolic link
+    on the way from submitted/ to it, a second hard link, not a regular file), or None. A check that fails refuses
+    the notebook too: what could not be checked is never graded."""
+    try:
+        steps = _submitted_steps(pre, resources)
+        if steps is None:
+            return None
+        reason = refusal(steps[0], *steps[1])
+        if reason:
+            pre.log.warning("Submission refused, %s (%s): graded as 0, its target is not read.", reason,
+                            link_target(steps[0], *steps[1]))
+        return reason
+    except Exception as err:
+        pre.log.error("Could not check the submission for links: refused.", exc_info=True)
+        return f"the grader could not check the submission's files ({type(err).__name__})"
+
+
+def _refused_test_source(message: str) -> str:
+    return f"# Not graded: the submission was refused.\nraise RuntimeError({message!r})"
+
+
+def _refused_output(message: str) -> NotebookNode:
+    return _error_output("SubmissionRefused", message)
+
+
 class RestoreDeletedCells(OverwriteCells):
     """nbgrader's OverwriteCells, with deleted grade cells put back where they belong, and never fatal.
 
@@ -155,6 +182,11 @@ class RestoreDeletedCells(OverwriteCells):
     def preprocess(self, nb, resources):
         self._checked = set()  # id() of the cells checked against the gradebook, or put back from it
         self._errors = []
+        # A notebook reached through a link (or a hard link) is not graded as its target: nothing of what nbgrader
+        # read is kept; every test is restored from the gradebook and fails with the reason (links.py).
+        refused = submission_refusal(self, resources) or refused_reason(nb)
+        if refused:
+            self._refuse(nb, refused)
         try:
             info = resources["nbgrader"]
             self.notebook_id, self.assignment_id, self.db_url = info["notebook"], info["assignment"], info["db_url"]
@@ -162,7 +194,7 @@ class RestoreDeletedCells(OverwriteCells):
             with self.gradebook:
                 # nbconvert's loop over the cells; preprocess_cell guards each one
                 nb, resources = super(OverwriteCells, self).preprocess(nb, resources)
-                if self.add_missing_cells:
+                if self.add_missing_cells or refused:
                     for step in (self.add_missing_grade_cells, self.add_missing_task_cells):
                         try:
                             nb, resources = step(nb, resources)
@@ -176,7 +208,34 @@ class RestoreDeletedCells(OverwriteCells):
                 resources.setdefault("tritoncourse", {})["restore_errors"] = list(self._errors)
             except Exception:
                 pass
+        if refused:
+            self._fail_refused_tests(nb, refused)
         return nb, resources
+
+    def _refuse(self, nb, reason: str) -> None:
+        """Drop everything nbgrader read from a refused notebook (its target's cells and metadata): a note, the
+        marker that tells the autograde step, and the kernelspec the sanitizing steps set."""
+        from nbformat.v4 import new_markdown_cell
+
+        kernelspec = nb.get("metadata", {}).get("kernelspec")
+        nb.metadata = NotebookNode({MARKER: NotebookNode({"refused": reason})})
+        if kernelspec:
+            nb.metadata["kernelspec"] = kernelspec
+        nb.cells = [new_markdown_cell(f"**{learner_message(reason)}**")]
+
+    def _fail_refused_tests(self, nb, reason: str) -> None:
+        """Every test cell of a refused notebook fails with the reason; every answer cell is emptied."""
+        message = learner_message(reason)
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if not isinstance(meta, dict) or not (meta.get("grade") or meta.get("solution") or meta.get("task")):
+                continue
+            if cell.get("cell_type") == "code" and is_grade(cell) and not is_solution(cell):
+                cell.source = _refused_test_source(message)
+            elif is_solution(cell):
+                cell.source = ""
+            if cell.get("cell_type") == "code":
+                cell.outputs = []
 
     def preprocess_cell(self, cell, resources, index):
         try:
@@ -278,6 +337,9 @@ class ResilientExecute(Execute):
         self._box = self._keep = None
         resources = resources if resources is not None else {}
         self._drop_linked_copies(resources)
+        refused = refused_reason(nb) or submission_refusal(self, resources)
+        if refused:  # a link or a hard link (links.py): no kernel, nothing run, every test fails with the reason
+            return self._refused(nb, resources, refused)
         # Outside the try: without a sandbox (and no opt-out) this notebook is not graded, loudly.
         if km is None and sandbox.require():
             student = resources.get("nbgrader", {}).get("student", "learner")
@@ -323,6 +385,24 @@ class ResilientExecute(Execute):
                           ip=str(box.shared / "kernel"), connection_file=str(box.shared / "connection.json"))
         return self.km
 
+    def _refused(self, nb, resources, reason: str):
+        """A refused notebook (links.py): if the sanitizing step did not already empty it, every cell is emptied
+        here; every test cell fails with the reason, and nothing nbgrader copied beside it is kept."""
+        message = learner_message(reason)
+        marked = refused_reason(nb) is not None
+        for cell in nb.cells:
+            code = cell.get("cell_type") == "code"
+            test = code and is_grade(cell) and not is_solution(cell)
+            if not marked:  # what nbgrader read is the target's: none of it stays
+                cell.source = _refused_test_source(message) if test else ""
+            if code:
+                cell.outputs = [_refused_output(message)] if test else []
+        nb.setdefault("metadata", NotebookNode())[MARKER] = NotebookNode({"refused": reason})
+        resources.setdefault("tritoncourse", {})["refused"] = reason
+        self.log.warning("Not graded (0 points): %s", reason)
+        self._remove_strays(resources)
+        return nb, resources
+
     def _grading_folder(self, resources) -> str | None:
         """The autograded folder of the notebook being graded, when it is verifiably the one nbgrader made for it:
         ``<course root>/autograded/<student>/<assignment>`` of the configured course, reached without any symbolic
@@ -366,7 +446,7 @@ class ResilientExecute(Execute):
                 return
             submitted = os.path.join(steps[0], *steps[1][:-1])
             if os.path.islink(submitted) or not os.path.isdir(submitted):
-                return
+                return  # a linked submission folder is refused whole (_refused removes every copy)
             for folder, dirs, files in os.walk(submitted):
                 for name in dirs + files:
                     path = os.path.join(folder, name)
