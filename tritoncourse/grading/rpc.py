@@ -405,6 +405,8 @@ class Channel:
                 self._serve_one(header, reply, raw)
                 continue
             self._write_back(sent, header, raw["blobs"])
+            if op == "call" and "after" in reply:  # lists and dicts the call changed in place change here too
+                _sync_in_place([args[0], args[1]], reply["after"])
             if self.pending is not None:
                 pending, self.pending = self.pending, None
                 raise pending
@@ -447,6 +449,8 @@ class Channel:
             args = [values.get(str(i)) for i in range(len(values))]
             value = self._do(header.get("op"), obj, args)
             reply, error = {"value": value}, None
+            if header.get("op") == "call" and self.role == "runner":  # the arguments as the call left them
+                reply["after"] = [args[0], args[1] or {}]
         except ChannelClosed:
             raise
         except BaseException as err:  # anything the object raised is the caller's to see
@@ -496,6 +500,38 @@ class Channel:
                 _synchronize()
             return result
         raise ProtocolError(f"an unknown operation {op!r}")
+
+
+def _sync_in_place(originals, after, depth: int = 0) -> None:
+    """Make the judge's own lists and dicts (arguments of a call) what the runner's copies became: a learner's
+    function that sorts its input in place has sorted the judge's, as it would have in one process."""
+    if depth > 20:
+        return
+    if isinstance(originals, list) and isinstance(after, list):
+        for i, (o, a) in enumerate(zip(originals, after)):
+            if isinstance(o, (list, dict, tuple)):
+                _sync_in_place(o, a, depth + 1)
+                if isinstance(o, tuple) or type(o) is not type(a):
+                    if not isinstance(o, tuple):
+                        originals[i] = a
+            elif not isinstance(o, torch.Tensor):
+                originals[i] = a
+        if depth and len(originals) != len(after):
+            originals[:] = after
+    elif isinstance(originals, tuple) and isinstance(after, tuple):
+        for o, a in zip(originals, after):
+            if isinstance(o, (list, dict, tuple)):
+                _sync_in_place(o, a, depth + 1)
+    elif isinstance(originals, dict) and isinstance(after, dict):
+        for key in list(originals):
+            if key not in after:
+                del originals[key]
+        for key, a in after.items():
+            o = originals.get(key)
+            if isinstance(o, (list, dict, tuple)) and type(o) is type(a):
+                _sync_in_place(o, a, depth + 1)
+            elif not isinstance(o, torch.Tensor):
+                originals[key] = a
 
 
 def _sendable_callback(value) -> bool:
