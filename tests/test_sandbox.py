@@ -1,14 +1,17 @@
 """The grading sandbox (tritoncourse/grading/sandbox.py, docs/INSTRUCTORS.md "Threat model").
 
 Unit tests: what a sandboxed process can see and do (no course, read-only Python and package, private /tmp,
-no network, a uid of its own, limits, nothing left running), and tools/system-deps.sh without bwrap.
+no network, a uid of its own, limits, nothing left running), which limit the kernel counts (memory of every kind and
+processes in a cgroup, disk in a filesystem of bounded size; where neither can be used they skip, saying so), and
+tools/system-deps.sh without bwrap.
 
 The hostile suite: every learner of tests/hostile/01_vector_add/ (patches the course, forges the gradebook,
-reads the hidden tests, calls the grader's machine, fork bomb, memory hog, disk filler, kills its parents,
-symlinks and ../ names) is graded, between two correct learners, once by plain `nbgrader autograde` and once
-by `python -m tritoncourse grade`, each in a course copy of its own (with its own copy of the package, so
-that nothing here can touch this checkout). Then: each loses only its own points, the course is unchanged,
-no output shows a hidden test or another learner's work, nothing is left running, grading ends in time.
+reads the hidden tests, calls the grader's machine, fork bomb, memory hog, memory in memfds and in a tmpfs of its
+own, disk filler, unlinked files, kills its parents, symlinks and ../ names) is graded, between two correct
+learners, once by plain `nbgrader autograde` and once by `python -m tritoncourse grade`, each in a course copy
+of its own (with its own copy of the package, so that nothing here can touch this checkout). Then: each loses only
+its own points, the course is unchanged, no output shows a hidden test or another learner's work, nothing is left
+running, grading ends in time.
 
 Finally grading refuses to run without bubblewrap, naming the command that installs it, unless opted out.
 """
@@ -21,6 +24,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -54,7 +58,9 @@ ON_GPU = infer_device() == "cuda"
 # TRITONCOURSE_HOSTILE_FIXTURES=name,name grades only those hostile learners (with the two correct ones around
 # them): a GPU run short of device time re-checks the few that changed; every other one's test is skipped, saying so.
 ONLY_HOSTILE = {name for name in os.environ.get("TRITONCOURSE_HOSTILE_FIXTURES", "").split(",") if name}
-HOSTILE_LIMITS = {"TRITONCOURSE_SANDBOX_MEMORY_MB": "8192" if ON_GPU else "2048", "TRITONCOURSE_SANDBOX_DISK_MB": "256"}
+HOSTILE_LIMITS = {"TRITONCOURSE_SANDBOX_MEMORY_MB": "8192" if ON_GPU else "2048", "TRITONCOURSE_SANDBOX_DISK_MB": "256",
+                  # the whole sandbox (cgroup): on a GPU the default (checks under compute-sanitizer hold GBs each)
+                  "TRITONCOURSE_SANDBOX_TOTAL_MEMORY_MB": "0" if ON_GPU else "3072"}
 # One learner's grading, and the whole hostile class, must end well inside the usual time-outs.
 GRADING_TIMEOUT = 900
 
@@ -67,10 +73,11 @@ def sandbox_works():
 
 # ------------------------------------------------------------------------------------------ unit tests
 
-def run_in(box: Sandbox, code: str, timeout: float = 60, watch: bool = False) -> subprocess.CompletedProcess:
-    """Run Python ``code`` inside ``box``; with ``watch`` the watchdog guards it."""
-    proc = subprocess.Popen(box.argv([sys.executable, "-I", "-c", textwrap.dedent(code)]), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+def run_in(box: Sandbox, code: str, timeout: float = 60, watch: bool = False,
+           args: list[str] = ()) -> subprocess.CompletedProcess:
+    """Run Python ``code`` (with ``args``) inside ``box``; with ``watch`` the watchdog guards it."""
+    proc = subprocess.Popen(box.argv([sys.executable, "-I", "-c", textwrap.dedent(code), *args]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     if watch:
         box.watch(proc.pid)
     try:
@@ -93,8 +100,8 @@ def report(proc: subprocess.CompletedProcess) -> dict:
 def box():
     boxes = []
 
-    def make(**limits) -> Sandbox:
-        boxes.append(Sandbox("unit", limits=Limits(**limits)))
+    def make(limits: Limits | None = None, **fields) -> Sandbox:
+        boxes.append(Sandbox("unit", limits=limits or Limits(**fields)))
         return boxes[-1]
 
     yield make
@@ -273,8 +280,10 @@ def test_memory_hog_is_stopped(box):
     assert any("memory" in why for why in watched.killed), watched.killed
 
 
-def test_disk_filler_is_stopped(box):
-    """/tmp is a tmpfs of the disk limit; the scratch folder is watched; one file may not pass the file limit."""
+def test_disk_filler_is_stopped(box, monkeypatch):
+    """/tmp is a tmpfs of the disk limit; so is the shared folder (as root), which the watchdog empties once full
+    (stopping the sandbox); without a filesystem of its own (not root), the watchdog stops a sandbox whose shared
+    folder's files pass the limit; one file may not pass the file limit."""
     fill = """
         import json, os, sys, time
         total, error = 0, None
@@ -295,14 +304,22 @@ def test_disk_filler_is_stopped(box):
     got = report(proc)
     assert got["error"] == "No space left on device" and got["mb"] <= 64, got
 
-    watched = box(disk_mb=64)
-    proc = subprocess.Popen(watched.argv([sys.executable, "-I", "-c", textwrap.dedent(fill), str(watched.shared)]),
-                            stdout=subprocess.PIPE, text=True)
-    watched.watch(proc.pid)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode != 0 and "{" not in out, (proc.returncode, out)
-    assert any("disk" in why for why in watched.killed), watched.killed
-    assert not (watched.shared / "fill.bin").exists()
+    for tmpfs in ("auto", "off"):  # "off": as without root, the shared folder is only watched
+        monkeypatch.setenv(sandbox.TMPFS_ENV, tmpfs)
+        watched = box(disk_mb=64)
+        assert bool(watched.mounts) == (tmpfs == "auto" and os.geteuid() == 0), watched.resource_control()
+        proc = subprocess.Popen(watched.argv([sys.executable, "-I", "-c", textwrap.dedent(fill), str(watched.shared)]),
+                                stdout=subprocess.PIPE, text=True)
+        watched.watch(proc.pid)
+        out, _ = proc.communicate(timeout=60)
+        if watched.mounts:  # the filesystem refuses the 65th MB; the watchdog then finds it full
+            assert json.loads(out)["error"] == "No space left on device" and json.loads(out)["mb"] <= 64, out
+        else:
+            assert proc.returncode != 0 and "{" not in out, (proc.returncode, out)
+        assert _wait_for(lambda: any("disk" in why for why in watched.killed), 5), watched.killed
+        assert _wait_for(lambda: not (watched.shared / "fill.bin").exists(), 5)
+        assert watched.limit_events() == ["your code wrote more than 64 MB to disk"], watched.limit_events()
+    monkeypatch.delenv(sandbox.TMPFS_ENV)
 
     small = box(file_mb=16)
     got = report(subprocess.run(small.argv([sys.executable, "-I", "-c", textwrap.dedent(fill), str(small.shared)]),
@@ -353,6 +370,266 @@ def test_processes_are_gone_when_the_first_ends_or_the_sandbox_closes(box):
     assert _wait_for(lambda: _marked(slow + "-daemon"), 20), "the daemon never started"
     b.close()
     assert _wait_for(lambda: not _marked(slow) and first.poll() is not None, 5), "processes outlived close()"
+
+
+# ---- every kind of memory, processes and disk counted where the kernel counts them (issue 31)
+
+def kernel_bounds_expected() -> bool:
+    """As root, unless the instructor turned them off, a sandbox here gets a cgroup and a tmpfs (the course's
+    machines: cgroup v1 on the CPU ones, v2 on the GPU ones)."""
+    return os.geteuid() == 0 and all(os.environ.get(name, "").lower() != "off"
+                                     for name in (sandbox.CGROUP_ENV, sandbox.TMPFS_ENV))
+
+
+def needs(b: Sandbox, what: str) -> None:
+    """Skip, saying why, where the kernel does not bound ``what`` (a cgroup controller, or "disk") here:
+    test_a_correct_program_runs_within_the_limits fails where it should."""
+    have = bool(b.mounts) if what == "disk" else what in b._cg.dirs if b._cg is not None else False
+    if not have:
+        pytest.skip(f"{what} is not bounded by the kernel here, the hole stays open: {b.resource_control()}")
+
+
+def env_limits(**fields) -> Limits:
+    """Limits as an instructor sets them: TRITONCOURSE_SANDBOX_<FIELD>."""
+    return Limits.from_env({f"TRITONCOURSE_SANDBOX_{k.upper()}": str(v) for k, v in fields.items()})
+
+
+def _report_or_none(proc: subprocess.CompletedProcess) -> dict | None:
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+# Each writes 8 MB at a time into a file of some kind, at most argv[1] MB, reports, then holds it a moment.
+MEMFD = """
+    import json, os, sys, time
+    fd, total, error = os.memfd_create("hog"), 0, None
+    try:
+        for _ in range(int(sys.argv[1]) // 8):
+            os.write(fd, b"\\xff" * (8 << 20))
+            total += 8
+    except OSError as err:
+        error = err.strerror
+    print(json.dumps({"mb": total, "error": error}), flush=True)
+    time.sleep(1.5)
+"""
+UNLINKED = """
+    import json, os, sys, time
+    path = os.path.join(sys.argv[2], "unlinked.bin")
+    fd, total, error = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600), 0, None
+    os.unlink(path)  # the file has no name any more: no walk of the folder finds it
+    try:
+        for _ in range(int(sys.argv[1]) // 8):
+            os.write(fd, b"\\xff" * (8 << 20))
+            total += 8
+    except OSError as err:
+        error = err.strerror
+    print(json.dumps({"mb": total, "error": error}), flush=True)
+    time.sleep(1.5)
+"""
+# A tmpfs of the learner's own: a user namespace of its own may mount one (of half the machine's memory).
+OWN_TMPFS = """
+    import json, os, subprocess, sys
+    script = ("mount -t tmpfs none /tmp && i=0 && while [ $i -lt $(($1 / 8)) ]; do "
+              "head -c 8388608 /dev/zero > /tmp/f$i || exit 3; i=$((i + 1)); done")
+    r = subprocess.run(["unshare", "-Urm", "sh", "-c", script, "sh", sys.argv[1]], capture_output=True, text=True)
+    print(json.dumps({"code": r.returncode, "err": r.stderr[-300:]}), flush=True)
+"""
+
+
+def test_memory_in_memfd_counts(box):
+    """(issue 31) Memory held in a memfd is in no process's resident memory and takes no address space: only
+    the sandbox's cgroup counts it. 512 MB written into a memfd in a sandbox of 256 MB is stopped, named."""
+    b = box(limits=env_limits(memory_mb=1024, total_memory_mb=256))
+    needs(b, "memory")
+    r = run_in(b, MEMFD, args=["512"], watch=True)
+    got = _report_or_none(r)
+    assert got is None or got["mb"] < 256, f"a 512 MB memfd was not stopped: {got}"
+    assert any("MB of memory (counting files in memory)" in e for e in b.limit_events()), b.limit_events()
+    assert any("256 MB of memory" in why for why in b.killed), b.killed
+
+
+@pytest.mark.parametrize("where", ["tmp", "own_tmpfs"])
+def test_memory_in_tmpfs_counts(box, where):
+    """(issue 31) A file in the sandbox's /tmp (a tmpfs of DISK_MB, here larger than the memory limit), or in a
+    tmpfs the learner's code mounts itself in a user namespace of its own, is memory: stopped at 256 MB."""
+    b = box(limits=env_limits(memory_mb=1024, total_memory_mb=256, disk_mb=1024))
+    needs(b, "memory")
+    if where == "tmp":
+        r = run_in(b, UNLINKED, args=["512", "/tmp"], watch=True)
+        got = _report_or_none(r)
+        assert got is None or got["mb"] < 256, f"512 MB in /tmp were not stopped: {got}"
+    else:
+        r = run_in(b, OWN_TMPFS, args=["512"], watch=True)
+        got = _report_or_none(r)
+        if got and "unshare" in got["err"] and got["code"] == 1:
+            pytest.skip(f"no user namespaces inside the sandbox here: {got['err']}")
+        assert got is None or got["code"] != 0, f"512 MB in a tmpfs of the learner's own were not stopped: {got}"
+    assert any("MB of memory (counting files in memory)" in e for e in b.limit_events()), (b.limit_events(), got)
+
+
+@pytest.mark.parametrize("where", ["shared", "tmp"])
+def test_unlinked_files_count_as_disk(box, where):
+    """(issue 31) An unlinked open file in the shared folder grows past DISK_MB: the shared folder is a
+    filesystem of that size (ENOSPC; the watchdog then stops the sandbox), named as disk. /tmp (bwrap's --size
+    tmpfs) bounds one as well."""
+    b = box(limits=env_limits(memory_mb=1024, total_memory_mb=1024, disk_mb=64))
+    if where == "shared":
+        needs(b, "disk")
+    folder = str(b.shared) if where == "shared" else "/tmp"
+    r = run_in(b, UNLINKED, args=["384", folder], watch=True)
+    got = _report_or_none(r)
+    assert got is not None and got["mb"] <= 64 and got["error"] == "No space left on device", (got, r.stderr[-500:])
+    assert any("wrote more than 64 MB to disk" in e for e in b.limit_events()), b.limit_events()
+
+
+def test_fork_bomb_is_bounded_by_the_cgroup(box):
+    """The sandbox's cgroup refuses the fork bomb's 48th process or thread (the per-user rlimit is set above
+    it), and says so."""
+    b = box(limits=env_limits(processes=48))
+    needs(b, "pids")  # else the per-user rlimit alone bounds it (test_fork_bomb_is_bounded)
+    got = report(run_in(b, """
+        import json, os, time
+        start, children, error = time.time(), 0, None
+        while time.time() - start < 20 and children < 2000:
+            try:
+                pid = os.fork()
+            except OSError as err:
+                error = type(err).__name__
+                break
+            if pid == 0:
+                time.sleep(max(0.0, 20 - (time.time() - start)))
+                os._exit(0)
+            children += 1
+        print(json.dumps({"children": children, "error": error}), flush=True)
+        os._exit(0)
+    """))
+    assert got["error"] == "BlockingIOError" and got["children"] < 48, got
+    assert "your code started more than 48 processes or threads" in b.limit_events(), b.limit_events()
+
+
+def test_close_removes_cgroup_and_mount_and_every_process(box):
+    """(issue 31) Nothing outlives close(): not a process started without watch() that keeps the sandbox's first
+    process alive, nor its daemon; the cgroups are removed and the shared folder's filesystem unmounted."""
+    marker = "closing" + secrets.token_hex(6)
+    b = box()
+    first = subprocess.Popen(b.argv([sys.executable, "-I", "-c", textwrap.dedent("""
+        import os, subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[1] + "-daemon"],
+                         start_new_session=True, stdin=subprocess.DEVNULL)
+        time.sleep(60)
+    """), marker]), stdin=subprocess.DEVNULL)
+    try:
+        assert _wait_for(lambda: _marked(marker + "-daemon"), 20), "the daemon never started"
+        b.close()
+        assert _wait_for(lambda: not _marked(marker), 5), "processes outlived close()"
+        assert first.wait(timeout=10) is not None
+        made = list(b.cgroups) + list(b.mounts)  # what the sandbox made (as root here: both)
+        assert not kernel_bounds_expected() or len(made) >= 2, b.resource_control()
+        assert not [p for p in made if p.exists()], made
+        mounted = Path("/proc/self/mountinfo").read_text()
+        assert str(b.shared) not in mounted and not b.root.exists()
+    finally:
+        for proc in _marked(marker):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        if first.poll() is None:
+            sandbox.kill_process_tree(first.pid)
+        first.wait(timeout=10)
+
+
+
+def test_a_killed_graders_sandbox_is_swept_by_the_next(box):
+    """A grading process killed by a signal never closes its sandboxes (course grade kills a notebook's nbgrader
+    at its time limit): the next sandbox made on the machine removes the dead one's tmpfs, cgroups and scratch
+    folder, and leaves a live one alone."""
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import json, os, signal, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from tritoncourse.grading.sandbox import Sandbox
+        b = Sandbox("killed-grader")
+        print(json.dumps([str(b.root)] + [str(p) for p in b.cgroups + b.mounts]), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)], capture_output=True, text=True, timeout=60)
+    left = [Path(p) for p in json.loads(killed.stdout.splitlines()[-1])]
+    assert killed.returncode == -signal.SIGKILL and all(p.exists() for p in left), (killed.stderr, left)
+    assert not kernel_bounds_expected() or len(left) >= 3, left  # the folder, one cgroup (v2) or two (v1), a mount
+    alive = box()
+    box()
+    assert not [p for p in left if p.exists()], left
+    assert str(left[0]) not in Path("/proc/self/mountinfo").read_text()
+    assert alive.root.exists() and all(p.exists() for p in alive.cgroups + alive.mounts)
+
+
+def test_cgroup_v2_plan_and_files_on_a_fake_hierarchy(tmp_path):
+    """cgroup v2 cannot be tried on these CPU machines (v1): on a fake cgroup2 tree, the plan a GPU machine of this
+    course needs (the grader's own group holds processes, its parent enables only memory: a sibling gets memory,
+    processes stay with the rlimit, saying so), a delegated folder named by TRITONCOURSE_SANDBOX_CGROUP (both), the
+    v2 files written and read, and the launcher's write of its own pid."""
+    fake = tmp_path / "cgroup2"
+    (fake / "grader").mkdir(parents=True)
+    (fake / "deleg").mkdir()
+    for folder, available, enabled in ((fake, "cpu memory pids", "memory"), (fake / "grader", "memory", ""),
+                                       (fake / "deleg", "memory pids", "memory pids")):
+        (folder / "cgroup.controllers").write_text(available + "\n")
+        (folder / "cgroup.subtree_control").write_text(enabled + "\n")
+    mountinfo = f"41 31 0:38 / {fake} rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
+    plan, why = sandbox._cgroup_plan({}, mountinfo, "0::/grader\n")
+    assert plan == {"memory": (2, fake)} and "pids" in why, (plan, why)
+    plan, why = sandbox._cgroup_plan({sandbox.CGROUP_ENV: str(fake / "deleg")}, mountinfo, "0::/grader\n")
+    assert plan == {"memory": (2, fake / "deleg"), "pids": (2, fake / "deleg")} and why == "", (plan, why)
+    assert sandbox._cgroup_plan({sandbox.CGROUP_ENV: "off"}, mountinfo, "0::/grader\n")[0] == {}
+
+    cg = sandbox._Cgroups("tritoncourse-sandbox-fake", plan, 300 << 20, 64)
+    child = fake / "deleg" / "tritoncourse-sandbox-fake"
+    assert cg.dirs == {"memory": child, "pids": child} and not cg.failed, (cg.dirs, cg.failed)
+    assert (child / "memory.max").read_text() == str(300 << 20) and (child / "pids.max").read_text() == "64"
+    (child / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 2\noom_kill 1\noom_group_kill 0\n")
+    (child / "pids.events").write_text("max 3\n")
+    assert cg.counts() == {"memory": 1, "processes": 3}
+    launched = subprocess.run(["sh", "-c", sandbox._LAUNCHER, "launcher", "1", str(child / "cgroup.procs"),
+                               "sh", "-c", "echo $$"], capture_output=True, text=True, timeout=30)
+    assert launched.stdout.split() == (child / "cgroup.procs").read_text().split(), launched
+    refused = subprocess.run(["sh", "-c", sandbox._LAUNCHER, "launcher", "1", str(tmp_path / "none" / "cgroup.procs"),
+                              "echo", "LEARNER CODE RAN"], capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 125 and "LEARNER" not in refused.stdout, refused
+
+def test_a_correct_program_runs_within_the_limits(box):
+    """Threads, a child process, small files in /tmp and in the shared folder, 100 MB of memory, and a Unix socket
+    the grader made in the shared folder (the notebook kernel's connection): all work inside the limits, and
+    no limit is reported."""
+    b = box()
+    if kernel_bounds_expected():  # the kernel counts the memory and the disk (a pids cgroup where there is one)
+        assert "memory" in b._cg.dirs and b.mounts, b.resource_control()
+    path = b.shared / "grader.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        os.chmod(path, 0o777)
+        server.listen(1)
+        server.settimeout(30)
+        proc = subprocess.Popen(b.argv([sys.executable, "-I", "-c", textwrap.dedent(f"""
+            import json, os, socket, subprocess, sys, threading
+            data = bytearray(100 << 20)
+            threads = [threading.Thread(target=sum, args=(range(10 ** 5),)) for _ in range(8)]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            child = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True)
+            for folder in ("/tmp", os.environ["HOME"]):
+                with open(os.path.join(folder, "note.txt"), "w") as f:
+                    f.write("x" * 100000)
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect({str(path)!r})
+                s.sendall(b"hello from the sandbox")
+            print(json.dumps({{"child": child.stdout.strip(), "mb": len(data) >> 20}}), flush=True)
+        """)]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        b.watch(proc.pid)
+        conn, _ = server.accept()
+        with conn:
+            heard = conn.recv(100)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and json.loads(out.splitlines()[-1]) == {"child": "42", "mb": 100}, (out, err)
+    assert heard == b"hello from the sandbox"
+    assert (b.shared / "home" / "note.txt").stat().st_size == 100000  # the grader reads what was written
+    assert b.limit_events() == [] and b.killed == [], (b.limit_events(), b.killed)
 
 
 def _path_without(command: str, tmp_path: Path) -> str:
@@ -594,9 +871,15 @@ CONTAINED = {"hostile_patch_course_files": "patch_course_files: 0 changed",
              # the CPU's address-space limit raises MemoryError; on a GPU the watchdog stops the kernel
              "hostile_memory_hog": "MB of memory" if ON_GPU else "then MemoryError",
              "hostile_disk_filler": f"wrote more than {HOSTILE_LIMITS['TRITONCOURSE_SANDBOX_DISK_MB']} MB to disk",
+             "hostile_unlinked_disk": f"wrote more than {HOSTILE_LIMITS['TRITONCOURSE_SANDBOX_DISK_MB']} MB to disk",
+             # the cgroup stops them at TOTAL_MEMORY_MB on the CPU; a GPU's default sandbox limit is above their 6 GB
+             "hostile_memfd_hog": "" if ON_GPU else "3072 MB of memory (counting files in memory)",
+             "hostile_tmpfs_hog": "" if ON_GPU else "3072 MB of memory (counting files in memory)",
              "hostile_kill_parent": "DeadKernelError",
              "hostile_kill_everything": "DeadKernelError",
-             "hostile_symlinks": "symlinks: 0 read"}
+             "hostile_symlinks": "symlinks: 0 read",
+             # refused as it arrives (ResilientExecute.message_limit): the grader does not grow by the message
+             "hostile_huge_output": "OutputTooLarge"}
 
 
 @pytest.mark.slow
