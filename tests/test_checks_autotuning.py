@@ -122,13 +122,15 @@ def test_grouped_order_is_phase_3s():
 
 
 def test_occupancy_and_waves():
-    h100 = A.GPUS["H100 SXM / H200"]
-    occ = A.occupancy(4, 168, 64 * 1024, h100)
+    from tritoncourse import gpus
+
+    h100 = gpus.GPUS["H100 SXM / H200"]
+    occ = gpus.occupancy(4, 168, 64 * 1024, h100)
     assert occ["programs"] == 3 and occ["limits"]["threads"] == 16
-    assert A.occupancy(4, 32, 230 * 1024, h100)["programs"] == 0  # over the per-program limit
-    w = A.waves(144, 1, h100)
+    assert gpus.occupancy(4, 32, 230 * 1024, h100)["programs"] == 0  # over the per-program limit
+    w = gpus.waves(144, 1, h100)
     assert (w["waves"], w["last_wave"]) == (2, 12) and abs(w["utilisation"] - 144 / 264) < 1e-9
-    assert A.waves(1024, 1, h100)["waves"] == 8
+    assert gpus.waves(1024, 1, h100)["waves"] == 8
 
 
 def test_cpu_timer_follows_do_bench_conventions():

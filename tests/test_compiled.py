@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from course import ROOT
-from tritoncourse.checks.autotuning import describe
+from tritoncourse.gpus import describe
 from tritoncourse.compiled import compile_configs, compile_for_gpu, ptxas_report, stage_lines
 
 SOURCE = ROOT / "source" / "05_autotuning" / "05_autotuning.ipynb"

@@ -429,7 +429,8 @@ def bench_autotuning(repeats: int, peaks: dict) -> dict:
     import torch
     import triton
 
-    from tritoncourse.checks.autotuning import describe, set_tuning_timer
+    from tritoncourse.benchmarking import set_tuning_timer
+    from tritoncourse.gpus import describe
     from tritoncourse.widgets.autotuning import compiled_resources
 
     nb = reference_module("05_autotuning")  # its kernels, configs, PHASE3_CONFIG and wrappers

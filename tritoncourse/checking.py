@@ -143,6 +143,11 @@ def guarded_copy(t: torch.Tensor, pad: int = 64) -> Guarded:
     return g
 
 
+# Storages made by Fenced, by data_ptr: "end" | "start" (which side touches unreadable memory). The judge sends a
+# launch's storages to the runner (grading/rpc.py), which re-creates each of these fenced on the same side.
+FENCED: dict[int, str] = {}
+
+
 class Fenced:
     """A CPU tensor that ends (or starts) exactly at an unreadable page: an electric fence.
 
@@ -171,8 +176,6 @@ class Fenced:
             raise ValueError("side must be 'end' or 'start'")
         self.tensor = torch.frombuffer(self._map, dtype=dtype, count=n, offset=offset)
         # A launch that goes to another process (grading/rpc.py) re-creates this storage fenced on the same side.
-        from .grading.rpc import FENCED
-
         key = self.tensor.untyped_storage().data_ptr()
         FENCED[key] = side
         weakref.finalize(self, FENCED.pop, key, None)

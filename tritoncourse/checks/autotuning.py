@@ -20,7 +20,6 @@ autotuner instead.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +29,14 @@ from ..checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_suppor
                         generator, stage)
 from ..device import infer_device
 from . import explain_launch_error, require_triton_kernel
+from ..benchmarking import cpu_do_bench
+from ..gpus import (GPU, GPUS, MAX_BLOCK_NUMEL, MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_PROGRAM, MIN_DOT_BLOCK,
+                    SHARED_MEMORY_DATACENTER, SHARED_MEMORY_SMALLEST, WARP_SIZE, describe, gpu_limits,
+                    matmul_accumulator_registers, matmul_shared_memory, occupancy)
+
+MIN_CONFIGS = 2
+MAX_CONFIGS = 32  # each config is compiled (about a second on a GPU) and timed, for every new key value
+
 
 MATMUL = "triton_autotuned_matmul_relu_kernel"
 SOFTMAX = "triton_autotuned_online_softmax_kernel"
@@ -48,42 +55,6 @@ META = {MATMUL: ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"), SOFTMAX: ("BLOCK_S
 SHAPES = {MATMUL: ("M", "N", "K"), SOFTMAX: ("n_rows", "n_cols"), VECTOR_ADD: ("n_elements",)}
 # Where a learner lists matmul configs that only fit a datacenter GPU's shared memory.
 DATACENTER_LIST = "MATMUL_DATACENTER_CONFIGS"
-
-# ------------------------------------------------------------------------------------ hardware limits
-# Shared memory one program may use: 99 KB on the smallest GPUs the course supports (sm_86 / sm_89:
-# RTX 30xx / 40xx, A10, L4); A100 (sm_80) 163 KB; H100 / H200 (sm_90) 227 KB.
-SHARED_MEMORY_SMALLEST = 99 * 1024
-SHARED_MEMORY_DATACENTER = 227 * 1024
-MAX_THREADS_PER_PROGRAM = 1024  # every NVIDIA GPU: so num_warps <= 32
-WARP_SIZE = 32
-MAX_REGISTERS_PER_THREAD = 255
-MIN_DOT_BLOCK = 16  # tl.dot on NVIDIA GPUs needs M, N and K of at least 16
-MAX_BLOCK_NUMEL = 2**20  # Triton refuses a block (tensor) of more elements
-MIN_CONFIGS = 2
-MAX_CONFIGS = 32  # each config is compiled (about a second on a GPU) and timed, for every new key value
-FP16_BYTES = 2
-
-
-def matmul_shared_memory(config, itemsize: int = FP16_BYTES) -> int:
-    """Bytes of shared memory a matmul config needs, the course's estimate: num_stages copies of one K
-    step's A tile (BLOCK_M x BLOCK_K) and B tile (BLOCK_K x BLOCK_N). The compiled kernel's
-    ``metadata.shared`` gives the exact figure on a GPU; the estimate is an upper bound."""
-    kw = config.kwargs
-    return config.num_stages * (kw["BLOCK_M"] * kw["BLOCK_K"] + kw["BLOCK_K"] * kw["BLOCK_N"]) * itemsize
-
-
-def matmul_accumulator_registers(config) -> float:
-    """fp32 registers per thread the BLOCK_M x BLOCK_N accumulator alone takes: it is spread over the
-    num_warps * 32 threads of the program."""
-    kw = config.kwargs
-    return kw["BLOCK_M"] * kw["BLOCK_N"] / (WARP_SIZE * config.num_warps)
-
-
-def describe(config) -> str:
-    """A config in one line: its meta-parameters, num_warps and num_stages."""
-    meta = ", ".join(f"{k}={v}" for k, v in getattr(config, "kwargs", {}).items())
-    return f"{meta}, num_warps={getattr(config, 'num_warps', '?')}, num_stages={getattr(config, 'num_stages', '?')}"
-
 
 def _power_of_two(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
@@ -116,45 +87,6 @@ def jit_of(kernel, name: str):
     inner = kernel.fn if is_autotuner(kernel) else kernel
     require_triton_kernel(inner, name)
     return inner
-
-
-def cpu_do_bench(fn, quantiles=None, return_mode="mean", repeats: int = 1, **_ignored):
-    """A benchmarker the autotuner can use without a GPU: the wall-clock time of ``repeats`` calls, in ms.
-
-    On the interpreter this times numpy, not a GPU: it shows how autotuning works, never which config a
-    GPU would choose. Same calling convention as ``triton.testing.do_bench`` (a list when quantiles are
-    asked for).
-    """
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    ms = (time.perf_counter() - start) * 1e3 / repeats
-    return [ms] * len(quantiles) if quantiles else ms
-
-
-STEADY_WARMUP_MS = 200  # Triton's autotuner warms each config up for 25 ms
-
-
-def steady_do_bench(fn, quantiles=None, **_ignored):
-    """Triton's GPU timer with STEADY_WARMUP_MS of warm-up and 200 ms of timing per config.
-
-    The autotuner compiles each config just before timing it, and the GPU idles meanwhile; after an idle
-    spell it runs at boost clocks for a moment, so with the default 25 ms warm-up the config timed first looked
-    15% faster than at steady state on an H200 (706 against 614 TFLOP/s) and won. Warmed up for longer, every
-    config is timed at the clocks it will run at.
-    """
-    import triton
-
-    return triton.testing.do_bench(fn, warmup=STEADY_WARMUP_MS, rep=200, quantiles=quantiles)
-
-
-def set_tuning_timer(kernel):
-    """Give an autotuned kernel the timer for this machine; returns it. On the CPU, a wall-clock timer
-    (Triton's own needs a GPU); on a GPU, Triton's with a longer warm-up (:func:`steady_do_bench`)."""
-    if hasattr(kernel, "configs"):
-        # an instance attribute wins over Autotuner.do_bench (a cached property)
-        kernel.do_bench = cpu_do_bench if infer_device() == "cpu" else steady_do_bench
-    return kernel
 
 
 def _configs(tuner, name: str) -> list:
@@ -920,77 +852,12 @@ def check_every_vector_add_config(kernel, n: int = 1000, seed: int | None = None
     stage("done")
 
 
-# ---------------------------------------------------------------------------------- occupancy helpers
-@dataclass(frozen=True)
-class GPU:
-    """Per-SM limits of one GPU (NVIDIA's CUDA occupancy tables)."""
-
-    name: str
-    sms: int
-    registers_per_sm: int = 65536
-    threads_per_sm: int = 2048
-    programs_per_sm: int = 32  # resident thread blocks
-    shared_per_sm: int = 228 * 1024
-    shared_per_program: int = 227 * 1024
-
-
-GPUS = {
-    "H100 SXM / H200": GPU("H100 SXM / H200", 132),
-    "A100": GPU("A100", 108, shared_per_sm=164 * 1024, shared_per_program=163 * 1024),
-    "L4": GPU("L4", 58, threads_per_sm=1536, programs_per_sm=24, shared_per_sm=100 * 1024,
-              shared_per_program=99 * 1024),
-    "RTX 4090": GPU("RTX 4090", 128, threads_per_sm=1536, programs_per_sm=24, shared_per_sm=100 * 1024,
-                    shared_per_program=99 * 1024),
-}
-
-
-def occupancy(num_warps: int, registers_per_thread: int, shared_bytes: int, gpu: GPU) -> dict:
-    """How many programs of this shape fit on one SM at once, and which resource limits them.
-
-    Registers are allocated per warp in units of 256 (8 per thread); shared memory adds 1 KB per program
-    reserved by the driver. Returns {'programs': n, 'limits': {resource: n}, 'bound': resource,
-    'warps': resident warps, 'occupancy': resident warps / max warps}.
-    """
-    threads = num_warps * WARP_SIZE
-    regs_per_warp = math.ceil(max(registers_per_thread, 1) * WARP_SIZE / 256) * 256
-    limits = {
-        "threads": gpu.threads_per_sm // threads,
-        "registers": gpu.registers_per_sm // (regs_per_warp * num_warps),
-        "program slots": gpu.programs_per_sm,
-    }
-    if shared_bytes > gpu.shared_per_program:
-        limits["shared memory"] = 0
-    elif shared_bytes:
-        limits["shared memory"] = gpu.shared_per_sm // (shared_bytes + 1024)
-    bound = min(limits, key=limits.get)
-    programs = limits[bound]
-    warps = programs * num_warps
-    return {"programs": programs, "limits": limits, "bound": bound, "warps": warps,
-            "occupancy": warps / (gpu.threads_per_sm // WARP_SIZE)}
-
-
-def waves(n_programs: int, programs_per_sm: int, gpu: GPU) -> dict:
-    """Programs run in waves of sms * programs_per_sm; the last wave may be partly empty (the tail)."""
-    slots = max(1, gpu.sms * programs_per_sm)
-    n_waves = max(1, math.ceil(n_programs / slots))
-    last = n_programs - (n_waves - 1) * slots
-    return {"slots": slots, "waves": n_waves, "last_wave": last,
-            "utilisation": n_programs / (n_waves * slots) if n_programs else 0.0}
-
-
 # ------------------------------------------------------------------------ the learner's programs_per_sm
 PROGRAMS_PER_SM = "programs_per_sm"
 # Kernels compiled for an H100 (sm_90, Triton 3.6): (registers, num_warps, shared bytes), from the record
 # (results/gpu-results.json, "resources") and from section 9's own compiles.
 KNOWN_KERNELS = [(191, 4, 64 * 1024), (164, 8, 96 * 1024), (116, 8, 96 * 1024), (112, 4, 48 * 1024),
                  (64, 4, 40 * 1024), (96, 2, 24 * 1024), (196, 8, 144 * 1024), (26, 4, 0), (255, 8, 192 * 1024)]
-
-
-def gpu_limits(gpu: GPU) -> dict:
-    """A GPU's per-SM limits as the dict the notebook's ``programs_per_sm(..., gpu)`` takes."""
-    return {"threads_per_sm": gpu.threads_per_sm, "registers_per_sm": gpu.registers_per_sm,
-            "programs_per_sm": gpu.programs_per_sm, "shared_per_sm": gpu.shared_per_sm,
-            "shared_per_program": gpu.shared_per_program}
 
 
 def _occupancy_variants(registers: int, num_warps: int, shared: int, gpu: GPU, limits: dict) -> dict[str, int]:

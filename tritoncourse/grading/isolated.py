@@ -462,7 +462,7 @@ def _outcome(runner_code, judge_code, rdir: Path, jdir: Path, use_sanitizer: boo
                                     + ("\nLast output:\n" + _tail(_read(jdir / "judge-out.txt"), 1500)
                                        if _read(jdir / "judge-out.txt").strip() else ""), seed, title)
     if verdict.get("kind") == "runner-lost":
-        if limits:
+        if limits and (runner_code in (-9, "lost", "killed-after") or runner_code is None):
             message = (f"The grading sandbox stopped your code while {stage or 'the test ran'}: "
                        f"{'; '.join(limits)}.\nLikely cause: your code used more than the limits allow "
                        "(see the message); a correct kernel stays far below them.")

@@ -24,6 +24,8 @@ import types
 
 import torch
 
+from ..checking import FENCED, Fenced
+
 HEADER_LIMIT = 64 << 20  # bytes of JSON in one message
 BLOB_LIMIT = 8 << 30  # bytes of storages in one message
 
@@ -122,13 +124,7 @@ def recv_message(sock: socket.socket) -> tuple[dict, list[bytearray]]:
 
 
 # ------------------------------------------------------------------------------------------- fences
-# Storages made by checking.Fenced: data_ptr -> "end" | "start" (which side touches unreadable memory).
-FENCED: dict[int, str] = {}
-
-
 def _fenced_storage(nbytes: int, side: str):
-    from ..checking import Fenced
-
     f = Fenced(max(nbytes, 1), torch.uint8, side)
     return f.tensor[:nbytes].untyped_storage() if nbytes else f.tensor.untyped_storage(), f
 

@@ -15,8 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
 from ..benchmarking import RESULTS_FILE, grading, load_results
-from ..checks.autotuning import (GPUS, WARP_SIZE, describe, matmul_accumulator_registers, matmul_shared_memory,
-                                 occupancy, waves)
+from ..gpus import GPUS, WARP_SIZE, describe, matmul_accumulator_registers, matmul_shared_memory, occupancy, waves
 from ..device import infer_device
 from . import interactive
 
@@ -298,7 +297,7 @@ def compiled_resources(kernel, launch, gpu: str | None = None) -> list[dict]:
     spills and shared memory from its metadata, and the programs per SM they allow."""
     import torch
 
-    from ..checks.autotuning import GPU
+    from ..gpus import GPU
 
     props = torch.cuda.get_device_properties(0)
     g = GPUS.get(gpu) if gpu else None
@@ -328,7 +327,7 @@ def print_compiled(configs, compiled, programs_per_sm=None, gpu_limits: dict | N
     """One line per config compiled by :func:`tritoncourse.compiled.compile_configs`: registers, spilled
     bytes, shared memory, and the programs per SM the learner's ``programs_per_sm`` gives next to the course's
     (section 2's rules), with the resource that decides."""
-    from ..checks.autotuning import gpu_limits as limits_of
+    from ..gpus import gpu_limits as limits_of
 
     g = GPUS[gpu]
     limits = gpu_limits or limits_of(g)
