@@ -871,7 +871,9 @@ CONTAINED = {"hostile_patch_course_files": "patch_course_files: 0 changed",
              # the CPU's address-space limit raises MemoryError; on a GPU the watchdog stops the kernel
              "hostile_memory_hog": "MB of memory" if ON_GPU else "then MemoryError",
              "hostile_disk_filler": f"wrote more than {HOSTILE_LIMITS['TRITONCOURSE_SANDBOX_DISK_MB']} MB to disk",
-             "hostile_unlinked_disk": f"wrote more than {HOSTILE_LIMITS['TRITONCOURSE_SANDBOX_DISK_MB']} MB to disk",
+             # the shared folder's filesystem refuses past DISK_MB (the watchdog sees it full only if the file is
+             # still held at its next look: this learner closes it at once)
+             "hostile_unlinked_disk": "MB, then OSError",
              # the cgroup stops them at TOTAL_MEMORY_MB on the CPU; a GPU's default sandbox limit is above their 6 GB
              "hostile_memfd_hog": "" if ON_GPU else "3072 MB of memory (counting files in memory)",
              "hostile_tmpfs_hog": "" if ON_GPU else "3072 MB of memory (counting files in memory)",
