@@ -165,7 +165,7 @@ def test_a_dead_zygote_falls_back_to_fresh_processes(monkeypatch):
     assembly = isolated.Assembly("", [], [])
     outcome = isolated.run_test('"""Checks."""\nassert True\n', assembly, seed=7, device="cpu")
     assert outcome.ok, outcome.message
-    assert {Path(cmd[2]).name for cmd in started} == {"judge.py", "runner.py"}
+    assert {Path(cmd[-2]).name for cmd in started} == {"judge.py", "runner.py"}
 
 
 def _pair(runs, calls):

@@ -159,7 +159,7 @@ class _Zygote:
     """Client of zygote.py: one warm process per grader, forking a fresh child for every test."""
 
     def __init__(self, sandbox=None):
-        cmd = [sys.executable, "-I", str(ZYGOTE)]
+        cmd = [sys.executable, "-I", "-B", str(ZYGOTE)]
         self.sandbox = sandbox
         if sandbox is not None:  # the zygote and every test it forks run inside the learner's sandbox
             cmd = sandbox.argv(cmd, extra_env={"TRITON_INTERPRET": "1"})
@@ -328,15 +328,22 @@ def definition_kinds(source: str) -> dict[str, str]:
     return kinds
 
 
-def _limit_events(sandbox) -> list[str]:
+def _limit_counts(sandbox):
+    """The sandbox's limit counters now, so that a test is told only of the limits reached while it ran."""
+    try:
+        return sandbox.limit_counts() if sandbox is not None else None
+    except Exception:
+        return None
+
+
+def _limit_events(sandbox, since=None) -> list[str]:
     """What the sandbox stopped and why (a limit the learner's code reached), in the learner's words."""
     if sandbox is None:
         return []
-    events = getattr(sandbox, "limit_events", None)
     try:
-        return list(events()) if callable(events) else list(sandbox.killed)
+        return list(sandbox.limit_events(since=since))
     except Exception:
-        return list(sandbox.killed)
+        return list(getattr(sandbox, "killed", []))
 
 
 def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
@@ -375,7 +382,7 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
                 env["TRITON_INTERPRET"] = "1"
             else:
                 env.pop("TRITON_INTERPRET", None)
-        rcmd = [sys.executable, "-I", str(RUNNER), str(rdir)]
+        rcmd = [sys.executable, "-I", "-B", str(RUNNER), str(rdir)]
         use_sanitizer = device == "cuda" and sanitizer_enabled(renv)
         if use_sanitizer:
             renv.update(PYTORCH_NO_CUDA_MEMORY_CACHING="1")
@@ -384,13 +391,14 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
                     "--error-exitcode", "86"] + rcmd
         if sandbox is not None:
             rcmd = sandbox.argv(rcmd, cwd=rdir, env=renv)
-        jcmd = [sys.executable, "-I", str(JUDGE), str(jdir)]
+        jcmd = [sys.executable, "-I", "-B", str(JUDGE), str(jdir)]
         if sandbox is None:
             zygote = _warm_zygote("runner") if device == "cpu" else None
         elif device != "cpu":
             zygote = None
         judge_zygote = _warm_zygote("judge") if device == "cpu" else None
         start = time.monotonic()
+        counts = _limit_counts(sandbox)
         for attempt in (1, 2):
             runner_code, judge_code = _run_pair(jcmd, jenv, jdir, judge_zygote, rcmd, renv, rdir, zygote, sandbox,
                                                 timeout)
@@ -402,7 +410,8 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
             for path in (jdir / "result.json", jdir / "stage.txt", jdir / "runner-exit", rdir / "out.txt"):
                 path.unlink(missing_ok=True)
         seconds = time.monotonic() - start
-        return _outcome(runner_code, judge_code, rdir, jdir, use_sanitizer, sandbox, timeout, seed, seconds, title)
+        return _outcome(runner_code, judge_code, rdir, jdir, _limit_events(sandbox, counts), timeout, seed, seconds,
+                        title)
 
 
 def _run_pair(jcmd, jenv, jdir: Path, judge_zygote, rcmd, renv, rdir: Path, zygote, sandbox, timeout: float):
@@ -436,11 +445,10 @@ def _run_pair(jcmd, jenv, jdir: Path, judge_zygote, rcmd, renv, rdir: Path, zygo
             child.close()
 
 
-def _outcome(runner_code, judge_code, rdir: Path, jdir: Path, use_sanitizer: bool, sandbox, timeout: float,
+def _outcome(runner_code, judge_code, rdir: Path, jdir: Path, limits: list[str], timeout: float,
              seed: int, seconds: float, title: str) -> Outcome:
-    """The verdict: the judge's, with the runner's crash, time-out, sanitizer report or exhausted limits."""
+    """The verdict: the judge's, with the runner's crash, time-out, sanitizer report or exhausted ``limits``."""
     stage = _read(jdir / "stage.txt")
-    limits = _limit_events(sandbox)
     if judge_code is None:
         return Outcome(False, "timeout",
                        f"The test did not finish within {timeout:.0f} s and was stopped"

@@ -229,7 +229,11 @@ class Sandbox:
         self.mounts: list[Path] = []  # the filesystems mounted for it (unmounted at close)
         self._why_not: dict[str, str] = {}  # resource -> why the kernel does not bound it here
         self._cg: _Cgroups | None = None
-        plan, why = _cgroup_plan()
+        if self.gpu is None:
+            self.gpu = bool(_gpu_devices())
+        # On a GPU no sibling cgroup: its device rules are the parent's, which may not give the NVIDIA devices
+        # (seen on the course's GPU machines: CUDA failed with error 304 in such a cgroup).
+        plan, why = _cgroup_plan(allow_sibling=not self.gpu)
         _sweep_stale(self.root.parent)
         if plan:  # named as the scratch folder, whose owner.json lists them (for _sweep_stale)
             self._cg = _Cgroups(self.root.name, plan, self.limits.sandbox_memory_mb() << 20, self.limits.processes)
@@ -638,8 +642,8 @@ def _v2_usable(parent: Path, may_enable: bool) -> list[str]:
     return [c for c in wanted if c in enabled]
 
 
-def _cgroup_plan(env=os.environ, mountinfo: str | None = None,
-                 cgroup: str | None = None) -> tuple[dict[str, tuple[int, Path]], str]:
+def _cgroup_plan(env=os.environ, mountinfo: str | None = None, cgroup: str | None = None,
+                 allow_sibling: bool = True) -> tuple[dict[str, tuple[int, Path]], str]:
     """Where a sandbox's cgroups are made: controller -> (cgroup version, parent folder), and why a wanted
     controller has none (empty when both have one).
 
@@ -661,7 +665,7 @@ def _cgroup_plan(env=os.environ, mountinfo: str | None = None,
             group = _group_dir(point, root, own[""]) if fstype == "cgroup2" else None
             if group is not None and group.is_dir():
                 candidates.append((group, True))
-                if group != Path(point):
+                if group != Path(point) and allow_sibling:
                     candidates.append((group.parent, False))
                 break
     plan: dict[str, tuple[int, Path]] = {}
