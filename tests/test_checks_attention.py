@@ -196,3 +196,125 @@ def test_an_fp16_accumulator_overflows_on_huge_v_and_is_named(gid, kw):
     assert "fp16" in words and "tl.float32" in words, words
     with pytest.raises(ValueError, match="fp32"):
         fa.make_qkv(1, 1, 16, 16, torch.float16, "huge_v", 1)
+
+
+# ---------------------------------------------------------------- issue 28: every term, every tile, every tensor
+def _replay_mistakes(kw):
+    """The loop mistakes each notebook case must catch, as (name, _tiled keyword arguments)."""
+    S, bn, bm = kw["seq_len"], kw.get("block_n", 16), kw.get("block_m", 16)
+    causal = kw.get("causal", False)
+    out = {"not normalized": dict(normalize=False), "l not rescaled": dict(rescale_l=False, block_m=bm)}
+    if S > 2 * bn:
+        out["K pointers stuck"] = dict(k_stuck="first", block_m=bm)
+        out["V pointers stuck"] = dict(v_stuck="first", block_m=bm)
+    if causal:
+        out["masked with 0"] = dict(masked_value=0.0, block_m=bm)
+        out["tile-local causal mask"] = dict(local_causal=True, block_m=bm)
+        out["diagonal tile skipped"] = dict(skip_diagonal=True, block_m=bm)
+    if S % bn:
+        out["tail scores unmasked" if not causal else "masked with 0"] = dict(tail_scores=not causal,
+                                                                              masked_value=0.0, block_m=bm)
+    return out
+
+
+@pytest.mark.parametrize("gid,kw", ATTENTION, ids=[f"{g}-{i}" for i, (g, _) in enumerate(ATTENTION)])
+def test_attention_cases_catch_the_loop_mistakes(gid, kw):
+    """Every notebook case catches (beyond the tolerance, or with NaN) each loop mistake its shape can show."""
+    block_n = kw.get("block_n", 16)
+    for seed in SEEDS[:3]:
+        q, k, v, scale, causal, ref, atol, rtol = _setup(kw, seed)
+        for name, mistake in _replay_mistakes(kw).items():
+            wrong = fa._tiled(q, k, v, causal, scale, block_n, **mistake)
+            assert torch.isnan(wrong).any() or _caught(wrong, ref, atol, rtol, q.dtype), (gid, kw, seed, name)
+
+
+def test_attention_has_cases_past_a_fixed_key_tile_causal_and_not_ragged_and_not():
+    """A kernel without a key loop (one tile of 128 keys) fails a causal and a non-causal case, each ragged or not;
+    a kernel that uses one tensor's strides for another fails a case whose Q, K, V and O all differ."""
+    long = [(kw.get("causal", False), kw["seq_len"] % kw.get("block_n", 16) != 0) for _, kw in ATTENTION
+            if kw["seq_len"] > 128]
+    assert set(long) == {(False, False), (False, True), (True, False), (True, True)}, long
+    mixed = [kw for _, kw in ATTENTION if kw.get("layout") == "mixed"]
+    assert mixed and all(kw["batch"] > 1 or kw["heads"] > 1 for kw in mixed)
+    assert len(set(fa.PRESETS["mixed"])) == 4
+
+
+@pytest.mark.parametrize("mistake,words", [
+    (dict(normalize=False), "not divided by the sum"), (dict(rescale_l=False), "running sum l is not rescaled"),
+    (dict(k_stuck="first"), "K's pointers are never advanced"), (dict(v_stuck="loop"), "V's pointers are not advanced"),
+    (dict(max_keys=128), "from 128 on are never seen"), (dict(masked_value=0.0), "0 instead of -inf"),
+    (dict(local_causal=True), "positions inside the tiles"), (dict(skip_diagonal=True), "diagonal) key tile"),
+    (dict(diag=-1), "off by one"), (dict(tail_scores=True), "past seq_len = 209 are not set to -inf")])
+def test_attention_diagnosis_names_each_loop_mistake(mistake, words):
+    causal = any(key in mistake for key in ("masked_value", "local_causal", "skip_diagonal", "diag"))
+    kw = dict(batch=1, heads=2, seq_len=192 if causal else 209, head_dim=16, block_m=32, block_n=16, causal=causal)
+    q, k, v, scale, causal, ref, atol, rtol = _setup(kw, 5)
+    out = fa._tiled(q, k, v, causal, scale, 16, block_m=32, **mistake).float()
+    _, ref_lse = fa.attention_ref(q, k, v, causal, scale)
+    got = fa._attention_diagnose(out, None, q, k, v, causal, scale, 32, 16, (atol, rtol), ref_lse, "randn")
+    assert words in got, got
+
+
+@pytest.mark.parametrize("scale,words", [(16**-0.5, "instead of the sm_scale argument"), (1 / 16, "1/HEAD_DIM"),
+                                         (0.3 * 0.6931471805599453, "exp2 is used on scores not scaled")])
+def test_attention_diagnosis_names_scale_mistakes(scale, words):
+    kw = dict(batch=1, heads=2, seq_len=64, head_dim=16, block_m=16, block_n=16, sm_scale=0.3)
+    q, k, v, sm_scale, causal, ref, atol, rtol = _setup(kw, 2)
+    out, _ = fa.attention_ref(q, k, v, causal, scale)
+    _, ref_lse = fa.attention_ref(q, k, v, causal, sm_scale)
+    got = fa._attention_diagnose(out.float(), None, q, k, v, causal, sm_scale, 16, 16, (atol, rtol), ref_lse, "randn")
+    assert words in got, got
+
+
+def test_lse_diagnosis_names_mixed_bases_and_missing_terms():
+    q, k, v = fa.make_qkv(1, 2, 64, 16, torch.float32, "randn", 1)
+    _, lse = fa.attention_ref(q, k, v, False, 0.25)
+    s_max = ((q.double() @ k.double().transpose(-2, -1)) * 0.25).amax(-1)
+    ln_l = lse - s_max
+    for got, words in ((s_max / 0.6931471805599453 + ln_l, "mixes bases"), (lse / 0.6931471805599453, "base 2"),
+                       (s_max, "running maximum m alone"), (ln_l, "log(l) alone")):
+        assert words in fa._lse_diagnose(got, lse, s_max, 2e-5, 1e-5)
+
+
+@pytest.mark.parametrize("x,y", [("K", "Q"), ("V", "K"), ("Q", "O")])
+def test_a_tensor_read_with_anothers_strides_is_named(x, y):
+    """In the mixed layout every pair of tensors differs, so reading one with another's strides gives other values,
+    and the diagnosis replays it on the real buffers."""
+    kw = dict(batch=2, heads=2, seq_len=48, head_dim=16, block_m=16, block_n=16)
+    q, k, v, scale, causal, ref, atol, rtol = _setup(kw, 4)
+    lays = fa.layouts_of("mixed")
+    placed = fa.place_inputs((q, k, v), lays, 24, "cpu")
+    go = fa.place_output(q.shape, q.dtype, lays[3], 24, "cpu")
+    allp = placed + [go]
+    i, j = "QKVO".index(x), "QKVO".index(y)
+    read = [p.view.clone() for p in placed]
+    read[i] = allp[i].read_as(allp[j].view.stride())
+    out, _ = fa.attention_ref(*read, causal, scale)
+    _, ref_lse = fa.attention_ref(q, k, v, causal, scale)
+    got = fa._attention_diagnose(out.float(), None, q, k, v, causal, scale, 16, 16, (atol, rtol), ref_lse, "randn",
+                                 allp, lays)
+    # reading V with K's or with Q's strides both read NaN from V's guard rows: either is named, V first
+    assert f"{x} is addressed with {y}'s strides" in got or (f"{x} is addressed with another tensor's strides" in got
+                                                             and f"{y}'s" in got), got
+
+
+def test_layer_norm_data_make_eps_matter_and_the_formula_mistakes_are_named():
+    """Half the rows have a variance of the order of eps: eps outside the square root, or missing, is caught and
+    named on every LayerNorm case of the notebook (a hard-coded eps where the case passes another); a correct fp32
+    computation stays within the tolerance (test_layer_norm_tolerance_catches_masked_lanes_and_one_pass_variance)."""
+    import triton
+
+    for gid, kw in LAYER_NORM:
+        if kw.get("data") == "offset":
+            continue
+        n_cols, dtype, eps = kw["n_cols"], kw.get("dtype", torch.float32), kw.get("eps", 1e-5)
+        for seed in SEEDS[:4]:
+            x, w, b = fa.make_ln_inputs(kw["n_rows"], n_cols, dtype, "randn", seed)
+            ref, mean_ref, rstd_ref = fa.layer_norm_ref(x, w, b, eps)
+            atol, rtol, _ = fa.layer_norm_tolerance(dtype, mean_ref, rstd_ref, w)
+            for cand, words in fa._ln_candidates(x, w, b, eps, triton.next_power_of_2(n_cols)):
+                if "eps" in words:
+                    assert not torch.allclose(cand.to(dtype).double(), ref, atol=atol, rtol=rtol), (gid, seed, words)
+                    named = fa._ln_diagnose(cand.to(dtype), x, w, b, eps, triton.next_power_of_2(n_cols), "randn")
+                    # eps outside the root and eps missing differ by eps / sqrt(var): in fp16 either may be named
+                    assert named == words or (dtype != torch.float32 and "eps is" in named), (gid, seed, named, words)

@@ -1,0 +1,631 @@
+"""Phase 6: checks for the attention forward kernel.
+
+    triton_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, <4 strides each of q, k, v, o>,
+                            n_heads, seq_len, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL)
+                                                                         # grid (cdiv(seq_len, BLOCK_M), batch * heads)
+
+Each check launches the learner's kernel itself, the way the notebook's wrapper does, on fresh random inputs:
+
+1. every input lies inside a buffer of NaN (around it, and in the "padded" layout between the rows of every
+   head), so a load outside it poisons the result; every output lies inside a buffer of sentinels and starts out
+   filled with another sentinel, so a stray store and an element never written are told apart from a wrong value.
+   Q, K, V and O may each have a layout of their own (``layout=("bshd", "fused", "padded", "contiguous")``, or the
+   presets of :data:`PRESETS`), as real callers have them: Q, K, V sliced from one fused projection, O contiguous;
+2. the values are compared with an fp64 reference within a tolerance derived from the dtype, the device and the
+   size of the scores (:func:`attention_tolerance`);
+3. on the interpreter, the inputs are then stored so that they end exactly where an unreadable page begins (an
+   electric fence) and the kernel runs again: an unmasked load past the last row crashes even when the scores it
+   gives are thrown away by a mask.
+
+On a failure the message names the likely cause, found by replaying known mistakes on the same inputs (the rescale
+missing, the scale wrong, a causal mask off by one or tile-local, masked scores 0 instead of -inf, the key pointers
+not advanced, keys past one tile never seen, a tensor addressed with another's strides, ...).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from ..checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
+                        generator, stage)
+from ..device import infer_device
+from . import launch, require_triton_kernel
+from .layer_norm import UNWRITTEN
+
+ATTENTION = "triton_attention_kernel"
+SIGNATURE = ("triton_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, stride_qb, stride_qh, stride_qm, "
+             "stride_qd, stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd, "
+             "stride_ob, stride_oh, stride_om, stride_od, n_heads, seq_len, sm_scale, HEAD_DIM: tl.constexpr, "
+             "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr)")
+LAYOUTS = ("contiguous", "padded", "bshd", "fused")
+LAYOUT_WORDS = {"contiguous": "contiguous", "padded": "with guard rows between the heads",
+                "bshd": "a (batch, seq, heads, dim) tensor seen as (batch, heads, seq, dim)",
+                "fused": "a slice of one (batch, seq, 3, heads, dim) projection"}
+# Q, K, V, O each laid out differently: every stride of one tensor used for another's gives other addresses
+PRESETS = {"mixed": ("bshd", "fused", "padded", "contiguous"), "fused_qkv": ("fused", "fused", "fused", "contiguous")}
+TENSORS = ("Q", "K", "V", "O")
+ROW_LETTER = {"Q": "m", "K": "n", "V": "n", "O": "m"}
+DTYPES = (torch.float32, torch.float16)
+MIN_BLOCK = 16  # tl.dot needs 16 along every side on a GPU
+
+# Unit roundoff of each dtype (half an ulp, relative) and why it enters the tolerance.
+ROUNDOFF = {
+    torch.float32: (2.0**-24, "fp32 keeps 24 significant bits"),
+    torch.float16: (2.0**-11, "fp16 keeps 11 significant bits: the output is rounded once to fp16, and so are the "
+                              "probabilities P before the P @ V tl.dot (tensor cores multiply fp16)"),
+    torch.bfloat16: (2.0**-8, "bf16 keeps 8 significant bits: the output is rounded once to bf16, and so are the "
+                              "probabilities P before the P @ V tl.dot (tensor cores multiply bf16)"),
+}
+HALF = (torch.float16, torch.bfloat16)  # P and O are rounded to these; the scores and the sums stay fp32
+TF32_ROUNDOFF = 2.0**-11  # a GPU's tl.dot rounds fp32 inputs to tf32 (10 stored mantissa bits) by default
+LSE_TOLERANCE = {"cpu": (2e-5, 1e-5), "cuda": (2e-3, 1e-3)}  # plus the scores' rounding (attention_tolerance)
+
+
+# ------------------------------------------------------------------------------------------------ buffers
+class Placed:
+    """A strided view inside a flat buffer whose other elements hold ``fill`` (NaN around inputs)."""
+
+    def __init__(self, flat: torch.Tensor, view: torch.Tensor, fill: float, layout: str = "contiguous"):
+        self.flat, self.view, self.fill, self.layout = flat, view, fill, layout
+        self.inside = self.mask_of(view)
+
+    def mask_of(self, view) -> torch.Tensor:
+        idx = torch.arange(self.flat.numel())
+        inside = idx.as_strided(view.shape, view.stride(), view.storage_offset() - self.flat.storage_offset())
+        mask = torch.zeros(self.flat.numel(), dtype=torch.bool)
+        mask[inside.reshape(-1)] = True
+        return mask
+
+    def read_as(self, strides) -> torch.Tensor:
+        """What a kernel reads from this tensor's pointer with other strides (the buffer leaves room for any)."""
+        return self.flat.detach().cpu().as_strided(self.view.shape, strides, self.view.storage_offset())
+
+    def guard_changes(self) -> int:
+        outside = self.flat.detach().cpu()[~self.inside].float()
+        if self.fill != self.fill:
+            return int((~torch.isnan(outside)).sum())
+        return int((outside != torch.tensor(self.fill, dtype=self.flat.dtype).float()).sum())
+
+
+def _strides(shape: tuple[int, ...], layout: str, pad_rows: int, slot: int = 0) -> tuple[tuple[int, ...], int, int]:
+    """(strides, offset, buffer size) of a (B, H, S, D) tensor in ``layout`` with ``pad_rows`` guard rows;
+    ``slot``: Q, K or V's place (0, 1, 2) in a fused projection."""
+    B, H, S, D = shape
+    total = B * H * S * D
+    if layout == "contiguous":  # guard rows before the first and after the last head only
+        return (H * S * D, S * D, D, 1), pad_rows * D, total + 2 * pad_rows * D
+    if layout == "padded":  # every head's rows followed by guard rows
+        rows = S + 2 * pad_rows
+        return (H * rows * D, rows * D, D, 1), pad_rows * D, B * H * rows * D
+    if layout == "bshd":  # stored (batch, seq, heads, dim), seen as (batch, heads, seq, dim): heads interleaved
+        return (S * H * D, D, H * D, 1), pad_rows * D, total + 2 * pad_rows * D
+    if layout == "fused":  # (batch, seq, 3, heads, dim): Q, K, V side by side in every row of a projection
+        return (S * 3 * H * D, D, 3 * H * D, 1), pad_rows * D + slot * H * D, 3 * total + 2 * pad_rows * D
+    raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+
+
+def _room(shape, pad_rows) -> int:
+    """A buffer size that holds the tensor addressed with the strides of any layout, from any offset."""
+    B, H, S, D = shape
+    return max(_strides(shape, lay, pad_rows)[2] for lay in LAYOUTS) + pad_rows * D + 3 * H * D
+
+
+def layouts_of(layout) -> tuple[str, str, str, str]:
+    """The (Q, K, V, O) layouts that ``layout`` names: one for all, a preset of :data:`PRESETS`, or four."""
+    lays = PRESETS.get(layout, (layout,) * 4) if isinstance(layout, str) else tuple(layout)
+    if len(lays) != 4 or any(lay not in LAYOUTS for lay in lays) or lays[3] == "fused":
+        raise ValueError(f"layout: one of {LAYOUTS}, a preset of {tuple(PRESETS)}, or four layouts for Q, K, V, O "
+                         f"(O not fused), got {layout!r}")
+    return lays
+
+
+def place(t: torch.Tensor, layout: str, pad_rows: int, device: str, fill: float = float("nan")) -> Placed:
+    """A copy of the (B, H, S, D) ``t`` in ``layout`` inside a buffer of ``fill``."""
+    strides, offset, _ = _strides(tuple(t.shape), layout, pad_rows)
+    flat = torch.full((_room(tuple(t.shape), pad_rows),), fill, dtype=t.dtype, device=device)
+    view = flat.as_strided(t.shape, strides, offset)
+    view.copy_(t)
+    return Placed(flat, view, fill, layout)
+
+
+def place_inputs(qkv, lays, pad_rows: int, device: str) -> list[Placed]:
+    """Q, K, V in their layouts; those that are "fused" share one projection buffer (the other slots NaN)."""
+    shape = tuple(qkv[0].shape)
+    shared = torch.full((_room(shape, pad_rows),), float("nan"), dtype=qkv[0].dtype, device=device)
+    placed = []
+    for slot, (t, lay) in enumerate(zip(qkv, lays)):
+        if lay != "fused":
+            placed.append(place(t, lay, pad_rows, device))
+            continue
+        strides, offset, _ = _strides(shape, lay, pad_rows, slot)
+        view = shared.as_strided(shape, strides, offset)
+        view.copy_(t)
+        placed.append(Placed(shared, view, float("nan"), lay))
+    fused = [p for p in placed if p.layout == "fused"]
+    if fused:  # the projection's other slots hold other values, as a real one does: finite, not NaN
+        g = generator(len(fused))
+        slots = [shared.as_strided(shape, *_strides(shape, "fused", pad_rows, slot)[:2]) for slot in range(3)]
+        for slot, lay in enumerate(lays[:3]):
+            if lay != "fused":
+                slots[slot].copy_(torch.randn(shape, generator=g).to(shared.dtype))
+        inside = torch.stack([fused[0].mask_of(view) for view in slots]).any(0)
+        for p in fused:  # a shared buffer's guard is what lies outside the projection
+            p.inside = inside
+    return placed
+
+
+def place_output(shape, dtype, layout: str, pad_rows: int, device: str) -> Placed:
+    return place(torch.full(shape, UNWRITTEN, dtype=dtype), layout, pad_rows, device, fill=OUTPUT_SENTINEL)
+
+
+def place_fenced(qkv, lays, device: str):
+    """Q, K, V stored compactly in their layouts (padded ones contiguous, fused ones in one projection), each
+    buffer ending exactly where readable memory ends (the CPU: an unreadable page; a GPU under compute-sanitizer:
+    its own allocation). Returns (views, keep-alives)."""
+    shape = tuple(qkv[0].shape)
+    views, keep = [None] * 3, []
+    fused = [i for i, lay in enumerate(lays) if lay == "fused"]
+    if fused:
+        compact = torch.full((3 * qkv[0].numel(),), float("nan"), dtype=qkv[0].dtype)
+        for i in fused:
+            strides, offset, _ = _strides(shape, "fused", 0, i)
+            compact.as_strided(shape, strides, offset).copy_(qkv[i])
+        flat, k = fenced_copy(compact.to(device), "end")
+        keep.append(k)
+        for i in fused:
+            strides, offset, _ = _strides(shape, "fused", 0, i)
+            views[i] = flat.as_strided(shape, strides, flat.storage_offset() + offset)
+    for i, (t, lay) in enumerate(zip(qkv, lays)):
+        if lay == "fused":
+            continue
+        strides, _, _ = _strides(shape, "contiguous" if lay == "padded" else lay, 0)
+        compact = torch.empty(t.numel(), dtype=t.dtype)
+        compact.as_strided(shape, strides, 0).copy_(t)
+        flat, k = fenced_copy(compact.to(device), "end")
+        keep.append(k)
+        views[i] = flat.as_strided(shape, strides, flat.storage_offset())
+    return views, keep
+
+
+# -------------------------------------------------------------------------------------------- reference
+def attention_ref(q, k, v, causal: bool, sm_scale: float):
+    """(O, LSE) in fp64 on the CPU: O = softmax(Q Kᵀ · sm_scale) V, LSE = logsumexp of each row of scores."""
+    s = (q.double().cpu() @ k.double().cpu().transpose(-2, -1)) * sm_scale
+    if causal:
+        S = q.shape[-2]
+        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v.double().cpu(), torch.logsumexp(s, -1)
+
+
+def attention_tolerance(dtype: torch.dtype, device: str, max_score: float, max_v: float) -> tuple[float, float, str]:
+    """(atol, rtol, why) for O: a relative error δ in the probabilities moves O by at most δ·max|V|.
+
+    δ comes from rounding the scores (u·|score| for a unit roundoff u of the arithmetic that produced them) and
+    from rounding P to the input dtype before P @ V; the output's own rounding is the rtol.
+    """
+    u_out, why_out = ROUNDOFF[dtype]
+    u_dot = TF32_ROUNDOFF if (dtype == torch.float32 and device == "cuda") else 2.0**-24
+    u_p = u_out if dtype in HALF else u_dot
+    delta = 4 * (u_dot * max(max_score, 1.0) * 2 + u_p)
+    atol = delta * max(max_v, 1.0) + 8 * u_out
+    rtol = 4 * u_out if dtype in HALF else max(4 * u_dot, 1e-5)
+    why = (f"{why_out}; the scores (up to {max_score:.3g} here) are computed with unit roundoff {u_dot:.2g}"
+           f"{' (tf32 on the GPU)' if u_dot == TF32_ROUNDOFF else ''}, and a relative error δ in the probabilities "
+           f"moves O by at most δ·max|V| (max|V| = {max_v:.3g})")
+    return atol, rtol, why
+
+
+def make_qkv(batch, heads, seq_len, head_dim, dtype, data: str, seed: int):
+    """Fresh Q, K, V. "randn": N(0, 1); "large": Q and K ~ N(0, 20²), scores of several hundred, so that exp
+    overflows without the max subtracted; "shifted": V ~ 1 + N(0, 1), so a lost normalisation shows; "huge_v": V ~
+    N(0, 1) · 2^17, past fp16's largest value (65504), so an accumulator (or P @ V) held in fp16 overflows (fp32 only:
+    on a GPU, where fp32 tl.dot rounds to tf32, the tolerance cannot tell an fp16 accumulator's rounding apart)."""
+    if data == "huge_v" and dtype != torch.float32:
+        raise ValueError("data='huge_v' is for fp32 inputs (the test is of an fp32 kernel's range)")
+    g = generator(seed)
+    shape = (batch, heads, seq_len, head_dim)
+    q, k, v = (torch.randn(shape, generator=g) for _ in range(3))
+    if data == "large":
+        q, k = q * 20, k * 20
+    elif data == "shifted":
+        v = v + 1.0
+    elif data == "huge_v":
+        v = v * 2.0**17
+    elif data != "randn":
+        raise ValueError(f"data must be randn, large, shifted or huge_v, got {data!r}")
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+# ------------------------------------------------------------------------------------------ replays
+def _tiled(q, k, v, causal, sm_scale, block_n, *, rescale_acc=True, rescale_l=True, drop_last=False,
+           scale_after=False, diag=0, block_m=None, compute=torch.float64, p_dtype=None, masked_value=float("-inf"),
+           tail_scores=False, local_causal=False, skip_diagonal=False, k_stuck=None, v_stuck=None, normalize=True,
+           max_keys=None):
+    """Replay a tiled online-softmax forward in ``compute`` (fp64), with one mistake switched on; returns O.
+
+    ``block_m``: with ``causal``, each query tile visits only the key tiles up to its own end, as the kernels do
+    (``skip_diagonal``: up to its start). Mistakes: ``rescale_acc``/``rescale_l`` off, ``scale_after`` the softmax,
+    ``diag`` (the causal boundary moved by that much), ``local_causal`` (the mask compares positions inside the
+    tiles), ``masked_value`` (masked scores set to it, not -inf), ``tail_scores`` (the scores of keys past seq_len
+    left unmasked; their K and V load as 0), ``k_stuck``/``v_stuck`` ("first": the pointers never advance; "loop":
+    they advance only between the unmasked and the masked loop, as in the reference's two loops), ``normalize``
+    off, ``drop_last`` (the ragged last key tile skipped), ``max_keys`` (keys from there on never seen).
+    ``p_dtype``: round P to it before P @ V, as a kernel does (fp32 ``compute`` then replays a correct kernel)."""
+    q, k, v = q.to(compute).cpu(), k.to(compute).cpu(), v.to(compute).cpu()
+    S, D = q.shape[-2], q.shape[-1]
+    n_tiles = -(-S // block_n)
+    kp = torch.zeros(*k.shape[:-2], n_tiles * block_n, D, dtype=compute)
+    vp = torch.zeros_like(kp)
+    kp[..., :S, :], vp[..., :S, :] = k, v
+    bm = block_m or block_n
+    scale = 1.0 if scale_after else sm_scale
+    rows = torch.arange(S)[:, None]
+    m = torch.full(q.shape[:-1], float("-inf"), dtype=compute)
+    l = torch.zeros(q.shape[:-1], dtype=compute)
+    acc = torch.zeros(q.shape, dtype=compute)
+    if causal and block_m:
+        hi = torch.clamp((rows[:, 0] // bm + (0 if skip_diagonal else 1)) * bm, max=S)
+        split = (rows[:, 0] // bm) * bm  # where the reference's masked loop starts
+    else:
+        hi = torch.full((S,), S)
+        split = torch.full((S,), S // block_n * block_n)
+    for t in range(n_tiles):
+        start = t * block_n
+        if (drop_last and start + block_n > S) or (max_keys is not None and start >= max_keys):
+            break
+        cols = torch.arange(start, start + block_n)[None, :]
+        in_seq = cols[0] < S  # the loads' mask: the tile the kernel should be at
+
+        def tile(src, stuck):
+            if stuck is None:
+                return src[..., start:start + block_n, :]
+            first = torch.zeros(S, dtype=torch.long) if stuck == "first" else torch.where(
+                torch.full((S,), start) < split, 0, split)
+            # per query row, the tile its pointer still points at (masked like the tile it should be)
+            out = torch.stack([src[..., f:f + block_n, :] for f in first.tolist()], -3)  # (..., S, BN, D)
+            return out * in_seq[:, None].to(compute)
+
+        kt, vt = tile(kp, k_stuck), tile(vp, v_stuck)
+        if kt.dim() == q.dim():
+            s = (q @ kt.transpose(-2, -1)) * scale
+        else:
+            s = torch.einsum("...sd,...snd->...sn", q, kt) * scale
+        valid = torch.ones(S, block_n, dtype=torch.bool) if tail_scores else (cols < S).expand(S, block_n)
+        if causal:
+            if local_causal:
+                valid = valid & ((cols - start) <= (rows % bm))
+            else:
+                valid = valid & (cols <= rows + diag)
+        s = torch.where(valid, s, torch.tensor(masked_value, dtype=compute))
+        visit = (start < hi)[:, None]  # (S, 1): does this query row's program visit this key tile?
+        m_new = torch.maximum(m, s.amax(-1))
+        p = torch.exp(s - m_new[..., None])
+        alpha = torch.exp(m - m_new)
+        l_new = (l * alpha if rescale_l else l) + p.sum(-1)
+        p = p if p_dtype is None else p.to(p_dtype).to(compute)
+        pv = p @ vt if vt.dim() == q.dim() else torch.einsum("...sn,...snd->...sd", p, vt)
+        acc_new = (acc * alpha[..., None] if rescale_acc else acc) + pv
+        m = torch.where(visit[:, 0], m_new, m)
+        l = torch.where(visit[:, 0], l_new, l)
+        acc = torch.where(visit, acc_new, acc)
+    o = acc / l[..., None] if normalize else acc
+    return o * sm_scale if scale_after else o
+
+
+def _replays(S, D, causal, sm_scale, block_m, block_n):
+    """(keyword arguments of :func:`_tiled`, cause) for the known mistakes of the loop, the first that matches wins."""
+    tail = S % block_n != 0
+    out = [
+        (dict(rescale_acc=False), "the accumulator is not rescaled when the running maximum grows: before adding "
+                                  "P @ V, multiply acc by alpha = exp(m_old - m_new), as the sum l is."),
+        (dict(rescale_acc=False, rescale_l=False), "neither the accumulator nor the running sum is rescaled when "
+                                                   "the running maximum grows: multiply both by exp(m_old - m_new)."),
+        (dict(rescale_l=False), "the running sum l is not rescaled when the running maximum grows: l = l * alpha + "
+                                "sum(p), with alpha = exp(m_old - m_new), as acc is."),
+        (dict(scale_after=True), "sm_scale is applied after the softmax: multiply the scores Q·Kᵀ by sm_scale before "
+                                 "the maximum and the exponential (softmax(s)·c is not softmax(s·c))."),
+        (dict(normalize=False), "O is not divided by the sum l of the probabilities: O = acc / l[:, None] at the end."),
+    ]
+    if tail:
+        out.append((dict(drop_last=True), f"the last key tile is dropped: seq_len = {S} is not a multiple of BLOCK_N "
+                                          f"= {block_n}, so loop over tl.cdiv(seq_len, BLOCK_N) tiles and mask the "
+                                          "last one."))
+    for stuck, words in (("first", "are never advanced"), ("loop", "are not advanced inside the key loop")):
+        for which, kw in (("K's", dict(k_stuck=stuck)), ("V's", dict(v_stuck=stuck)),
+                          ("K's and V's", dict(k_stuck=stuck, v_stuck=stuck))):
+            out.append((kw, f"{which} pointers {words}: every step of the loop must move them on by BLOCK_N rows "
+                            "(k_ptrs += BLOCK_N * stride_kn, v_ptrs += BLOCK_N * stride_vn), or be computed from "
+                            "the tile's start."))
+    for n_keys in sorted({block_n, block_m, 64, 128, 256} | set(range(block_n, S, block_n))):
+        if n_keys < S and not (tail and n_keys == S // block_n * block_n):
+            out.append((dict(max_keys=n_keys), f"the keys from {n_keys} on are never seen (seq_len = {S} here): loop "
+                                               f"over every key tile, for start in range(0, seq_len, BLOCK_N) "
+                                               "(up to the query tile's end when causal), not one tile of fixed size."))
+    zero = ("masked scores are set to 0 instead of -inf: exp(0 - m) is not 0, so the masked keys (past seq_len"
+            + (", or after the query when causal" if causal else "") + ") still get weight. Use tl.where(mask, s, "
+            "float('-inf')).")
+    if tail:
+        out.append((dict(tail_scores=True), f"the scores of the keys past seq_len = {S} are not set to -inf (left "
+                                            "unmasked, or masked with 0): their K and V load as 0, but exp(0 - m) "
+                                            "still adds to the sum l. Use tl.where(cols < seq_len, s, float('-inf')) "
+                                            "before the maximum and the exponential."))
+    if causal or tail:
+        out.append((dict(masked_value=0.0), zero))
+    if causal:
+        off = "the causal mask is off by one: query i must see keys j <= i "
+        out += [
+            (dict(diag=1), off + "and not j = i + 1; keep offs_m[:, None] >= cols[None, :]."),
+            (dict(diag=-1), off + "including j = i (the diagonal); keep offs_m[:, None] >= cols[None, :], not >: "
+                                  "with > row 0 sees no key at all and is NaN."),
+            (dict(local_causal=True), "the causal mask compares positions inside the tiles (tl.arange(0, BLOCK_M) "
+                                      "against tl.arange(0, BLOCK_N)): compare the sequence positions, offs_m = "
+                                      "pid_m * BLOCK_M + tl.arange(0, BLOCK_M) and cols = start_n + "
+                                      "tl.arange(0, BLOCK_N), as offs_m[:, None] >= cols[None, :]."),
+            (dict(skip_diagonal=True), "the key loop stops before the query tile's own (diagonal) key tile: the "
+                                       "first query tile then sees no key at all (0 / 0 = NaN) and the others miss "
+                                       "their nearest keys. Loop up to min((pid_m + 1) * BLOCK_M, seq_len) and mask "
+                                       "the diagonal tile with offs_m[:, None] >= cols[None, :]."),
+        ]
+    return out
+
+
+def _scale_candidates(D, sm_scale):
+    out = [(1.0, "sm_scale is not applied: multiply the scores Q·Kᵀ by sm_scale (1/sqrt(HEAD_DIM) by default)."),
+           (1.0 / D, "the scores are scaled by 1/HEAD_DIM: the scale is the sm_scale argument (1/sqrt(HEAD_DIM) by "
+                     "default)."),
+           (sm_scale * math.log(2), "exp2 is used on scores not scaled by log2(e): exp(x) = exp2(x * log2(e)), so "
+                                    "multiply sm_scale by 1.4426950408889634 when you use exp2."),
+           (sm_scale * math.log2(math.e), "the scores are scaled by log2(e) but then exp (not exp2) is used: "
+                                          "either exp2 with sm_scale * log2(e), or exp with sm_scale alone."),
+           (sm_scale**2, "sm_scale is applied twice: multiply the scores by it once.")]
+    if not math.isclose(sm_scale, D**-0.5, rel_tol=1e-6):
+        out.insert(0, (D**-0.5, f"the kernel uses 1/sqrt(HEAD_DIM) instead of the sm_scale argument (here {sm_scale:g})"
+                                ": multiply the scores by the sm_scale the wrapper passes."))
+    return out
+
+
+def _addressing(t) -> tuple:
+    """The strides that matter: those of dimensions longer than 1."""
+    return tuple(st for st, n in zip(t.stride(), t.shape) if n > 1)
+
+
+def _stride_message(x, y, lays):
+    xl, yl = x.lower(), y.lower()
+    return (f"{x} is addressed with {y}'s strides (stride_{yl}b, stride_{yl}h, ...): in this test {x} is "
+            f"{LAYOUT_WORDS[lays[TENSORS.index(x)]]} and {y} {LAYOUT_WORDS[lays[TENSORS.index(y)]]}, each with strides "
+            f"of its own. Address {x}[b, h, {ROW_LETTER[x]}, d] as {xl}_ptr + b*stride_{xl}b + h*stride_{xl}h + "
+            f"{ROW_LETTER[x]}*stride_{xl}{ROW_LETTER[x]} + d*stride_{xl}d.")
+
+
+def _input_stride_replays(placed, lays):
+    """(Q, K, V as a kernel confusing strides reads them, cause) for each tensor addressed with another's strides;
+    ``placed``: Q, K, V and O."""
+    views = [p.view for p in placed[:3]]
+    out = []
+    for i, x in enumerate(TENSORS[:3]):
+        for j, y in enumerate(TENSORS):
+            if i != j and _addressing(placed[j].view) != _addressing(placed[i].view):
+                got = [v.detach().cpu() for v in views]
+                got[i] = placed[i].read_as(placed[j].view.stride())
+                out.append((got, (x, y, _stride_message(x, y, lays))))
+    return out
+
+
+def _output_stride_cause(go: Placed, placed, ref_o, tol, lays):
+    """The cause when O's buffer holds the reference stored with another tensor's strides, else None."""
+    if lays[3] == "contiguous" and all(lay == "contiguous" for lay in lays):
+        return None
+    flat = go.flat.detach().cpu().double()
+    for j, y in enumerate(TENSORS[:3]):
+        strides = placed[j].view.stride()
+        if _addressing(placed[j].view) == _addressing(go.view):
+            continue
+        want = torch.full_like(flat, OUTPUT_SENTINEL)
+        want[go.inside] = UNWRITTEN
+        want.as_strided(go.view.shape, strides, go.view.storage_offset()).copy_(ref_o.to(go.view.dtype).double())
+        if torch.allclose(flat, want, atol=tol[0], rtol=tol[1]):
+            return _stride_message("O", y, lays)
+    return None
+
+
+def _lse_diagnose(got, ref_lse, s_max, l_atol, l_rtol) -> str:
+    """The likely cause of a wrong LSE whose O is right; ``s_max`` is each row's largest scaled score."""
+    ln2 = math.log(2)
+    ln_l = ref_lse - s_max
+    close = lambda cand: torch.allclose(got, cand, atol=10 * l_atol, rtol=10 * l_rtol)
+    if (got == UNWRITTEN).any():
+        return ("some LSE[row] were never written: store m + log(l) for every row < seq_len at lse_ptr + "
+                "(batch * n_heads + head) * seq_len + row.")
+    if close(ref_lse / ln2):
+        return ("LSE is in base 2: with exp2 and scores scaled by log2(e), the natural log-sum-exp is "
+                "(m + log2(l)) · ln(2).")
+    if close(s_max / ln2 + ln_l):
+        return ("LSE mixes bases: the running maximum m is in log2 units (scores scaled by log2(e) for exp2) and "
+                "log(l) is natural: the natural log-sum-exp is (m + log2(l)) · ln(2).")
+    if close(s_max + ln_l / ln2):
+        return "LSE adds log2(l) to a natural m: with exp, LSE = m + log(l); with exp2, (m + log2(l)) · ln(2)."
+    if close(s_max) or close(s_max / ln2):
+        return "LSE is the running maximum m alone: add log(l), the log of the row's sum of probabilities."
+    if close(ln_l) or close(ln_l / ln2):
+        return "LSE is log(l) alone: add the running maximum m (the sum l is relative to it)."
+    return ("LSE[row] must be the natural log of the sum over keys of exp(scaled score), i.e. m + log(l) with the "
+            "running maximum m and sum l of the scaled scores (fp32, stored at lse_ptr + (batch * n_heads + head) * "
+            "seq_len + row, masked with rows < seq_len).")
+
+
+def _attention_diagnose(o, lse, q, k, v, causal, sm_scale, block_m, block_n, tol, ref_lse, data, placed=None,
+                        lays=None) -> str:
+    oc = o.detach().double().cpu()
+    if (oc == UNWRITTEN).all():
+        return "nothing was written to O: is there a tl.store to o_ptr with this program's rows?"
+    if (oc == UNWRITTEN).any():
+        b, h, r, d = (oc == UNWRITTEN).nonzero()[0].tolist()
+        return (f"O[{b}, {h}, {r}, {d}] was never written: does every program store all BLOCK_M rows of its query "
+                f"tile (mask rows < seq_len) for its (batch, head) = (pid_1 // n_heads, pid_1 % n_heads)?")
+    atol, rtol = tol
+    close = lambda cand: bool(torch.allclose(oc, cand.to(o.dtype).double(), atol=atol, rtol=rtol, equal_nan=True))
+    S, D = q.shape[-2], q.shape[-1]
+    if placed is not None:
+        found = [(x, y, words) for (q2, k2, v2), (x, y, words) in _input_stride_replays(placed, lays)
+                 if close(attention_ref(q2, k2, v2, causal, sm_scale)[0])]
+        if len(found) == 1:
+            return found[0][2]
+        if found and len({x for x, _, _ in found}) == 1:  # NaN everywhere either way: one tensor, two suspects
+            x = found[0][0]
+            return (
+                f"{x} is addressed with another tensor's strides ("
+                + " or ".join(f"{y}'s" for _, y, _ in found) + ", each reading NaN from the guards here): in this "
+                "test "
+                + ", ".join(f"{n} is {LAYOUT_WORDS[lay]}" for n, lay in zip(TENSORS, lays)) + f". Address "
+                f"{x}[b, h, {ROW_LETTER[x]}, d] as {x.lower()}_ptr + b*stride_{x.lower()}b + h*stride_{x.lower()}h + "
+                f"{ROW_LETTER[x]}*stride_{x.lower()}{ROW_LETTER[x]} + d*stride_{x.lower()}d.")
+        if found:  # every replay gives NaN everywhere: name the candidates
+            pairs = " or ".join(f"{x} with {y}'s strides" for x, y, _ in found)
+            return (f"a tensor is addressed with another's strides ({pairs}: each reads NaN from the guards here). In "
+                    "this test " + ", ".join(f"{n} is {LAYOUT_WORDS[lay]}" for n, lay in zip(TENSORS, lays)) + ": "
+                    "address Q[b, h, m, d] as q_ptr + b*stride_qb + h*stride_qh + m*stride_qm + d*stride_qd, and K, "
+                    "V, O each with their own strides.")
+    bad = torch.isnan(oc) | torch.isinf(oc)
+    if bad.any():
+        if data == "large":
+            return ("O holds NaN or inf with scores of several hundred: exp overflows unless the running maximum "
+                    "is subtracted first (p = exp2(s - m_new), and alpha = exp2(m_old - m_new) for the rescale).")
+        if data == "huge_v":
+            return ("O holds inf or NaN with V's values past fp16's range (|V| up to "
+                    f"{float(v.abs().max()):.3g}, fp16 ends at 65504): the accumulator or P @ V is held in fp16. In an "
+                    "fp32 run keep everything fp32: acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32), and "
+                    "convert P only to V's own dtype (p.to(v.dtype)) for the tl.dot.")
+    for kwargs, words in _replays(S, D, causal, sm_scale, block_m, block_n):
+        try:
+            if close(_tiled(q, k, v, causal, sm_scale, block_n, block_m=block_m, **kwargs)):
+                return words
+        except RuntimeError:
+            continue
+    if bad.any():
+        b, h, r, d = bad.nonzero()[0].tolist()
+        tail = f" (seq_len = {S} is not a multiple of BLOCK_N = {block_n})" if S % block_n else ""
+        no_key = (" Or a row of O saw no key at all (its sum l is 0: 0 / 0 = NaN): with CAUSAL every query must see "
+                  "its own key." if causal else "")
+        return (f"O[{b}, {h}, {r}, {d}] is NaN: the kernel read outside Q, K or V (the memory around them holds NaN "
+                f"in this test){tail}. Mask the loads of rows >= seq_len (other=0.0) and give the scores of keys "
+                f"past seq_len the value -inf before the maximum and the exponential.{no_key}")
+    if close(attention_ref(q, k, v, not causal, sm_scale)[0]):
+        return ("the result is that of " + ("non-causal" if causal else "causal") + " attention: "
+                + ("with CAUSAL, query i may only see keys j <= i (mask the scores with -inf where j > i)."
+                   if causal else "without CAUSAL every query sees every key."))
+    for scale, words in _scale_candidates(D, sm_scale):
+        if close(attention_ref(q, k, v, causal, scale)[0]):
+            return words
+    ref = attention_ref(q, k, v, causal, sm_scale)[0]
+    err = (oc - ref).abs().max().item()
+    if err < 64 * atol:
+        return ("the values are close but not within the rounding of an fp32 computation: keep the accumulator, "
+                "the running maximum and the sum in fp32 (acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)), "
+                "convert P to V's dtype only for the tl.dot, and O to its dtype only at the store.")
+    if lays is not None and any(lay != "contiguous" for lay in lays):
+        return ("the kernel does not follow the stride arguments: in this test "
+                + ", ".join(f"{n} is {LAYOUT_WORDS[lay]}" for n, lay in zip(TENSORS, lays)) + ". Address "
+                "Q[b, h, m, d] as q_ptr + b*stride_qb + h*stride_qh + m*stride_qm + d*stride_qd, and K, V, O likewise "
+                "with their own strides.")
+    return ("compare with the online softmax of phase 2, tile by tile: s = (q · kᵀ) · scale, m_new = max(m, "
+            "max(s)), p = exp(s - m_new), alpha = exp(m - m_new), l = l·alpha + sum(p), acc = acc·alpha + p @ v, "
+            "and O = acc / l at the end.")
+
+
+# ------------------------------------------------------------------------------------------------ check
+def run_attention(kernel, q, k, v, o, lse, causal, sm_scale, block_m, block_n, *, context, device, stage_text=None):
+    B, H, S, D = q.shape
+    grid = (triton.cdiv(S, block_m), B * H)
+    args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, S, sm_scale)
+    kwargs = {"HEAD_DIM": D, "BLOCK_M": block_m, "BLOCK_N": block_n, "CAUSAL": causal}
+    launch(kernel, grid, args, kwargs, name=ATTENTION, signature=SIGNATURE, context=context,
+           device=device, stage_text=stage_text)
+
+
+def check_attention(kernel, batch: int, heads: int, seq_len: int, head_dim: int, block_m: int = 16,
+                    block_n: int = 16, *, causal: bool = False, dtype: torch.dtype = torch.float32,
+                    layout="contiguous", data: str = "randn", sm_scale: float | None = None,
+                    fence: bool = True, seed: int | None = None) -> None:
+    """Launch ``triton_attention_kernel`` on fresh (batch, heads, seq_len, head_dim) Q, K, V and check O and LSE.
+
+    ``layout``: one of :data:`LAYOUTS` for all four tensors, a preset of :data:`PRESETS`, or a layout each for
+    Q, K, V and O. ``fence=False`` skips the second run on fenced inputs (for whole tiles, where no row past the end
+    is in reach of a kernel that stays in its tiles; it halves the time on the interpreter). Raises
+    :class:`KernelCheckError` with a message for the learner on the first problem found."""
+    require_triton_kernel(kernel, ATTENTION)
+    for label, value in (("BLOCK_M", block_m), ("BLOCK_N", block_n), ("HEAD_DIM", head_dim)):
+        if value < MIN_BLOCK or value & (value - 1):
+            raise ValueError(f"{label} = {value}: tests use powers of two >= {MIN_BLOCK} (tl.dot on a GPU)")
+    if block_m % block_n:
+        raise ValueError(f"BLOCK_M = {block_m} must be a multiple of BLOCK_N = {block_n}")
+    lays = layouts_of(layout)
+    device = infer_device()
+    seed = fresh_seed() if seed is None else seed
+    sm_scale = head_dim**-0.5 if sm_scale is None else sm_scale
+    q, k, v = make_qkv(batch, heads, seq_len, head_dim, dtype, data, seed)
+    ref_o, ref_lse = attention_ref(q, k, v, causal, sm_scale)
+    max_score = float(ref_lse.abs().max()) + math.log(seq_len)
+    atol, rtol, _ = attention_tolerance(dtype, device, max_score, float(v.abs().max()))
+    l_atol, l_rtol = LSE_TOLERANCE[device]
+    l_atol += 8 * (TF32_ROUNDOFF if (device == "cuda" and dtype == torch.float32) else 2.0**-24) * max_score
+    name = str(dtype).replace("torch.", "")
+    where = (f"{lays[0]} layout" if len(set(lays)) == 1 else
+             "layouts " + ", ".join(f"{n} {lay}" for n, lay in zip(TENSORS, lays)))
+    context = (f"batch={batch}, heads={heads}, seq_len={seq_len}, HEAD_DIM={head_dim}, BLOCK_M={block_m}, "
+               f"BLOCK_N={block_n}, {'causal' if causal else 'not causal'}, {name}, {where}, {data} inputs"
+               f"{f', sm_scale={sm_scale:g}' if sm_scale != head_dim**-0.5 else ''}, seed {seed}")
+    pad = max(block_m, block_n) + 8
+    placed = place_inputs((q, k, v), lays, pad, device)
+    go = place_output(q.shape, dtype, lays[3], pad, device)
+    lse_flat = torch.full((2 * pad + batch * heads * seq_len,), OUTPUT_SENTINEL, dtype=torch.float32, device=device)
+    lse = lse_flat[pad:pad + batch * heads * seq_len].view(batch * heads, seq_len)
+    lse.fill_(UNWRITTEN)
+    run_attention(kernel, *(p.view for p in placed), go.view, lse, causal, sm_scale, block_m, block_n,
+                  context=context, device=device)
+    if not all(torch.equal(p.view.cpu(), t) for p, t in zip(placed, (q, k, v))) or \
+            any(p.guard_changes() for p in placed):
+        raise KernelCheckError(f"The kernel changed Q, K or V or the memory around them ({context}).\n"
+                               "Likely cause: a tl.store to q_ptr, k_ptr or v_ptr instead of o_ptr.")
+    stray = go.guard_changes()
+    lse_stray = int((torch.cat([lse_flat[:pad], lse_flat[pad + lse.numel():]]) != OUTPUT_SENTINEL).sum())
+    ok, msg = compare(go.view, ref_o, atol=atol, rtol=rtol, name="O")
+    o_cause = _output_stride_cause(go, placed, ref_o, (atol, rtol), lays) if stray or not ok else None
+    if (stray or lse_stray) and not o_cause:
+        what = "O" if stray else "LSE"
+        raise KernelCheckError(
+            f"{stray or lse_stray} element(s) outside {what} were written ({context}).\n"
+            "Likely cause: the tl.store of the query tile is not masked with rows < seq_len (the last tile has "
+            f"rows past seq_len = {seq_len} when it is not a multiple of BLOCK_M = {block_m})"
+            + (", or O is not addressed with its own strides stride_ob, stride_oh, stride_om, stride_od."
+               if lays[3] != "contiguous" else "."))
+    if not ok or o_cause:
+        cause = o_cause or _attention_diagnose(go.view, lse, q, k, v, causal, sm_scale, block_m, block_n,
+                                               (atol, rtol), ref_lse, data, placed + [go], lays)
+        head = f"{stray} element(s) outside O were written" if stray else "Wrong values"
+        raise KernelCheckError(f"{head} ({context}).\n{msg}\nLikely cause: {cause}")
+    ok, msg = compare(lse, ref_lse.reshape(batch * heads, seq_len), atol=l_atol, rtol=l_rtol, name="LSE")
+    if not ok:
+        got = lse.detach().double().cpu().reshape(ref_lse.shape)
+        s = (q.double() @ k.double().transpose(-2, -1)) * sm_scale
+        if causal:
+            s = s.masked_fill(torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1), float("-inf"))
+        hint = _lse_diagnose(got, ref_lse, s.amax(-1), l_atol, l_rtol)
+        raise KernelCheckError(f"Wrong log-sum-exp ({context}).\n{msg}\nLikely cause: {hint}")
+
+    if fence and fence_supported(device):
+        views, keep = place_fenced((q, k, v), lays, device)
+        o2 = place_output(q.shape, dtype, "contiguous" if lays[3] == "padded" else lays[3], pad, device)
+        lse2 = torch.empty(batch * heads, seq_len, device=device)
+        run_attention(kernel, *views, o2.view, lse2, causal, sm_scale, block_m, block_n,
+                      context=context, device=device,
+                      stage_text=f"FENCE-READ: running `{ATTENTION}` on Q, K and V that end exactly where readable "
+                                 f"memory ends ({context}): a load of a query or key row >= seq_len without a mask "
+                                 "crashes here, even when its scores are then masked with -inf")
+        ok, msg = compare(o2.view, ref_o, atol=atol, rtol=rtol, name="O")
+        if not ok:
+            raise KernelCheckError(f"Wrong values on the second run, Q, K and V stored without guards "
+                                   f"({context}).\n{msg}")
+        del keep
+    stage("done")

@@ -1,0 +1,408 @@
+"""Phase 6: checks for the fused LayerNorm forward and backward kernels.
+
+    triton_layer_norm_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, stride_x_row, stride_y_row,
+                             n_cols, eps, BLOCK_SIZE)                    # grid (n_rows,)
+    triton_layer_norm_backward_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_partial_ptr,
+                                      db_partial_ptr, stride_row, n_rows, n_cols, ROWS_PER_PROGRAM, BLOCK_SIZE)
+
+Like the attention checks (:mod:`.attention`): inputs inside NaN, outputs inside sentinels, an fp64 reference, then
+a second run with every input (x, w, b; the backward's dy, x, w, mean, rstd) ending at an unreadable page. The data
+make every term of the formula matter: half the rows have a variance far below eps's scale (std 1e-3 to 1e-2, so
+eps moves rstd by 5% or more) and the others a variance that dwarfs it, with means 2 to 3 in size.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from ..checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
+                        generator, stage)
+from ..device import infer_device
+from . import launch, require_triton_kernel
+
+UNWRITTEN = -54272.0  # what every output element holds before the kernel runs: exact in fp32, fp16 and bf16
+LAYER_NORM = "triton_layer_norm_kernel"
+LN_BACKWARD = "triton_layer_norm_backward_kernel"
+SIGNATURES = {
+    LAYER_NORM: "triton_layer_norm_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, stride_x_row, "
+                "stride_y_row, n_cols, eps, BLOCK_SIZE: tl.constexpr)",
+    LN_BACKWARD: "triton_layer_norm_backward_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, "
+                 "dw_partial_ptr, db_partial_ptr, stride_row, n_rows, n_cols, ROWS_PER_PROGRAM: tl.constexpr, "
+                 "BLOCK_SIZE: tl.constexpr)",
+}
+
+LN_TOLERANCES = {
+    torch.float32: (2e-5, 2e-5, "fp32 results differ from an fp64 reference by rounding only: the mean and the "
+                                "variance of up to a few thousand values, and one multiply-add"),
+    torch.float16: (2e-3, 2e-3, "computed in fp32 and rounded once to fp16 (half an ulp is 4.9e-4 relative; "
+                                "the outputs reach |y| ~ 4, where an ulp is 2e-3)"),
+    torch.bfloat16: (4e-3, 8e-3, "computed in fp32 and rounded once to bf16: half an ulp is 3.9e-3 relative (8 "
+                                 "times fp16's), and nearly 0 for y near 0"),
+}
+LN_STATS_TOLERANCE = (1e-5, 1e-5, "the mean and 1/std are fp32 in every dtype")
+
+
+def make_ln_inputs(n_rows: int, n_cols: int, dtype: torch.dtype, data: str, seed: int):
+    """Fresh (x, w, b). "randn": even rows of std 2 whose means lie between 2 and 3 in size (either sign), so that
+    a variance that counts the masked-off lanes (each adds mean²) is off by at least a few percent; odd rows around
+    0 with a std of 1e-3 to 1e-2, a variance of the order of eps, so that eps's place in rstd = 1/sqrt(var + eps)
+    matters. "offset": rows around +1000, where mean(x²) - mean(x)² cancels in fp32."""
+    g = generator(seed)
+    x = torch.randn(n_rows, n_cols, generator=g) * 2
+    if data == "offset":
+        x = x + 1000.0
+    elif data == "randn":
+        sign = torch.where(torch.rand(n_rows, 1, generator=g) < 0.5, -1.0, 1.0)
+        x = x + sign * (2 + torch.rand(n_rows, 1, generator=g))
+        small = 10 ** (-3 + torch.rand(n_rows, 1, generator=g))  # std 1e-3 .. 1e-2
+        odd = (torch.arange(n_rows) % 2 == 1)[:, None]
+        x = torch.where(odd, torch.randn(n_rows, n_cols, generator=g) * small, x)
+    else:
+        raise ValueError(f"data must be randn or offset, got {data!r}")
+    w = (torch.rand(n_cols, generator=g) + 0.5).to(dtype)
+    b = torch.randn(n_cols, generator=g).to(dtype)
+    return x.to(dtype), w, b
+
+
+def layer_norm_tolerance(dtype, mean_ref, rstd_ref, w) -> tuple[float, float, float]:
+    """(atol, rtol, the error of an fp32 mean) for y: :data:`LN_TOLERANCES` plus what an fp32 mean costs. The
+    fp32 mean of n values around |mean| is off by up to about 2·log2(n) fp32 roundoffs of |mean| (a tree sum), and
+    y inherits that error times the row's rstd·|w|: it matters only for rows far from 0 ("offset")."""
+    atol, rtol, _ = LN_TOLERANCES[dtype]
+    per_row = 2 * math.log2(max(w.numel(), 2)) * 2.0**-24 * mean_ref.abs()
+    mean_err = float(per_row.max())
+    return atol + float((per_row * rstd_ref).max()) * float(w.abs().max()), rtol, mean_err
+
+
+def layer_norm_ref(x, w, b, eps):
+    """(y, mean, rstd) in fp64 on the CPU: y = (x - mean) / sqrt(var + eps) * w + b, var the biased variance."""
+    x64 = x.double().cpu()
+    mean = x64.mean(-1)
+    var = x64.var(-1, unbiased=False)
+    rstd = 1.0 / torch.sqrt(var + eps)
+    y = (x64 - mean[:, None]) * rstd[:, None] * w.double().cpu() + b.double().cpu()
+    return y, mean, rstd
+
+
+def _ln_candidates(x, w, b, eps, block_size):
+    """(y, cause) of the known mistakes, replayed in fp64."""
+    x64, w64, b64 = x.double().cpu(), w.double().cpu(), b.double().cpu()
+    n = x.shape[1]
+    mean = x64.mean(-1, keepdim=True)
+    var = x64.var(-1, unbiased=False, keepdim=True)
+    padded_var = (((x64 - mean) ** 2).sum(-1, keepdim=True) + (block_size - n) * mean**2) / n
+    norm = lambda m, v, e=eps: (x64 - m) / torch.sqrt(v + e)
+    out = [
+        (norm(mean, var) * w64, "the bias is missing: y = (x - mean) * rstd * w + b."),
+        (norm(mean, var) + b64, "the weight is missing: y = (x - mean) * rstd * w + b."),
+        (norm(mean, x64.var(-1, unbiased=True, keepdim=True)) * w64 + b64,
+         "the variance is divided by n_cols - 1: LayerNorm uses the biased variance, sum((x - mean)**2) / n_cols."),
+        ((x64 - mean) / (torch.sqrt(var) + eps) * w64 + b64,
+         "eps is added outside the square root: rstd = 1 / sqrt(var + eps) (it matters for rows whose variance is "
+         "of the order of eps, as half of these rows have)."),
+        (norm(mean, var, 0.0) * w64 + b64,
+         "eps is missing: rstd = 1 / sqrt(var + eps) (it matters for rows whose variance is of the order of eps, as "
+         "half of these rows have)."),
+        ((x64 - mean) * torch.sqrt(var + eps) * w64 + b64,
+         "(x - mean) is multiplied by sqrt(var + eps) instead of divided by it: rstd = 1 / sqrt(var + eps)."),
+        (norm(x64.sum(-1, keepdim=True) / block_size, var) * w64 + b64,
+         f"the mean is divided by BLOCK_SIZE = {block_size} instead of n_cols = {n}."),
+        (norm(mean, padded_var) * w64 + b64,
+         "the variance counts the masked-off lanes: they load as 0, so x - mean is -mean there. Zero them before "
+         "squaring: xc = tl.where(cols < n_cols, x - mean, 0.0)."),
+        (x64 / torch.sqrt(var + eps) * w64 + b64, "the mean is not subtracted: y = (x - mean) * rstd * w + b."),
+    ]
+    for e in (1e-5, 1e-6):
+        if not math.isclose(e, eps, rel_tol=1e-3):
+            out.append((norm(mean, var, e) * w64 + b64, f"eps is not the eps argument (here {eps:g}): the kernel uses "
+                                                        f"{e:g}. Use the eps the wrapper passes."))
+    return out
+
+
+def _ln_diagnose(y, x, w, b, eps, block_size, data, mean_k=None, rstd_k=None, tol=None):
+    yc = y.detach().double().cpu()
+    if (yc == UNWRITTEN).all():
+        return "nothing was written to y: is there a tl.store to y_ptr + row * stride_y_row + cols?"
+    if (yc == UNWRITTEN).any():
+        r, c = (yc == UNWRITTEN).nonzero()[0].tolist()
+        return (f"y[{r}, {c}] was never written: does each program store its whole row (mask cols < n_cols)?")
+    if torch.isnan(yc).any():
+        r, c = torch.isnan(yc).nonzero()[0].tolist()
+        return (f"y[{r}, {c}] is NaN: the kernel read outside x, w or b (the memory around them holds NaN in this "
+                "test). Mask the loads with cols < n_cols and use other=0.0.")
+    atol, rtol = tol if tol else LN_TOLERANCES[y.dtype][:2]
+    for cand, words in _ln_candidates(x, w, b, eps, block_size):
+        if torch.allclose(yc, cand.to(y.dtype).double(), atol=atol, rtol=rtol):
+            return words
+    _, mean_ref, rstd_ref = layer_norm_ref(x, w, b, eps)
+    if mean_k is not None and rstd_k is not None:
+        mk, rk = mean_k.detach().double().cpu(), rstd_k.detach().double().cpu()
+        mean_ok = torch.allclose(mk, mean_ref, atol=1e-3 * float(rstd_ref.reciprocal().min()), rtol=1e-5)
+        rstd_ok = torch.allclose(rk, rstd_ref, atol=0, rtol=1e-3)
+        x64, w64, b64 = x.double().cpu(), w.double().cpu(), b.double().cpu()
+        own = (x64 - mk[:, None]) * rk[:, None] * w64 + b64  # y from the kernel's own statistics
+        consistent = torch.allclose(yc, own.to(y.dtype).double(), atol=10 * atol, rtol=10 * rtol)
+        if mean_ok and not rstd_ok and consistent:
+            if data == "offset":
+                return ("the rows are around +1000 here and the stored rstd is wrong while the mean is right: "
+                        "computing the variance as mean(x**2) - mean(x)**2 loses every digit to cancellation in fp32. "
+                        "Subtract the mean first: var = sum((x - mean)**2) / n_cols.")
+            return ("the stored mean is right but rstd is not (and y follows the wrong rstd): var = sum((x - mean)**2)"
+                    " / n_cols over the n_cols lanes only, rstd = 1 / sqrt(var + eps).")
+        if mean_ok and rstd_ok and not consistent:
+            return ("the stored mean and rstd are right but y is not: y = (x - mean) * rstd * w + b, with w and b "
+                    "loaded at w_ptr + cols and b_ptr + cols (the same for every row).")
+        if not mean_ok:
+            return "the stored mean is wrong: mean = sum(x) / n_cols over the n_cols lanes only (masked lanes load 0)."
+    return ("compare with the reference step by step: the mean over n_cols (masked lanes excluded), the biased "
+            "variance of x - mean, rstd = 1 / sqrt(var + eps), then (x - mean) * rstd * w + b, computed in fp32.")
+
+
+def _vec(t, pad, device, fill=float("nan")):
+    """A copy of the 1-D ``t`` inside a buffer of ``fill``: (buffer, view)."""
+    buf = torch.full((2 * pad + t.numel(),), fill, dtype=t.dtype, device=device)
+    view = buf[pad:pad + t.numel()]
+    view.copy_(t.reshape(-1))
+    return buf, view
+
+
+def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torch.float32, *, eps: float = 1e-5,
+                     data: str = "randn", row_gap: int = 0, seed: int | None = None) -> None:
+    """Launch ``triton_layer_norm_kernel`` like the wrapper does (grid (n_rows,), BLOCK_SIZE =
+    next_power_of_2(n_cols)) and check y, mean and rstd. ``data``: "randn" or "offset" (rows around +1000);
+    ``row_gap``: x is a slice of rows ``n_cols + row_gap`` apart (NaN between them) while y is contiguous, as the
+    wrapper allocates it for such an x, so that each has a row stride of its own."""
+    require_triton_kernel(kernel, LAYER_NORM)
+    device = infer_device()
+    seed = fresh_seed() if seed is None else seed
+    x, w, b = make_ln_inputs(n_rows, n_cols, dtype, data, seed)
+    block = triton.next_power_of_2(n_cols)
+    pad = max(64, block)
+    rows_words = ("rows around +1000" if data == "offset" else
+                  "rows of std 2 with means 2 to 3 in size, and rows of std 1e-3 to 1e-2 around 0")
+    context = (f"{n_rows} rows of {n_cols}, {str(dtype).replace('torch.', '')}, {rows_words}"
+               f"{f', x rows {n_cols + row_gap} apart and y contiguous' if row_gap else ''}"
+               f"{f', eps={eps:g}' if eps != 1e-5 else ''}, BLOCK_SIZE={block}, seed {seed}")
+    stride = n_cols + row_gap
+    size = pad + n_rows * stride + pad  # room for either tensor's rows addressed with the other's stride
+    xs = torch.full((size,), float("nan"), dtype=dtype, device=device)
+    xv = xs[pad:pad + n_rows * stride].view(n_rows, stride)[:, :n_cols]
+    xv.copy_(x)
+    (ws, wv), (bs, bv) = _vec(w, pad, device), _vec(b, pad, device)
+    ys = torch.full((size,), OUTPUT_SENTINEL, dtype=dtype, device=device)
+    yv = ys[pad:pad + n_rows * n_cols].view(n_rows, n_cols)
+    yv.fill_(UNWRITTEN)
+    stats = [torch.full((2 * pad + n_rows,), OUTPUT_SENTINEL, dtype=torch.float32, device=device) for _ in range(2)]
+    mean_v, rstd_v = (s[pad:pad + n_rows] for s in stats)
+    for s in (mean_v, rstd_v):
+        s.fill_(UNWRITTEN)
+    args = (xv, yv, wv, bv, mean_v, rstd_v, xv.stride(0), yv.stride(0), n_cols, eps)
+    launch(kernel, (n_rows,), args, {"BLOCK_SIZE": block}, name=LAYER_NORM, signature=SIGNATURES[LAYER_NORM],
+           context=context, device=device)
+    if not (torch.equal(xv.cpu(), x) and torch.equal(wv.cpu(), w) and torch.equal(bv.cpu(), b)):
+        raise KernelCheckError(f"The kernel changed its inputs x, w or b ({context}).\n"
+                               "Likely cause: a tl.store to x_ptr, w_ptr or b_ptr instead of y_ptr.")
+    y_ref, mean_ref, rstd_ref = layer_norm_ref(x, w, b, eps)
+    atol, rtol, mean_err = layer_norm_tolerance(dtype, mean_ref, rstd_ref, w)
+    inside = torch.zeros_like(ys, dtype=torch.bool)
+    inside[pad:pad + n_rows * n_cols] = True
+    stray = int((ys[~inside] != OUTPUT_SENTINEL).sum())
+    if stray or any(int((torch.cat([s[:pad], s[pad + n_rows:]]) != OUTPUT_SENTINEL).sum()) for s in stats):
+        cause = ("the tl.store to y is not masked with cols < n_cols (a row's block is BLOCK_SIZE wide), or a row "
+                 "is addressed without stride_y_row.")
+        if row_gap:  # replay y stored with x's row stride
+            want = torch.full_like(ys, OUTPUT_SENTINEL).cpu()
+            want[pad:pad + n_rows * n_cols] = UNWRITTEN
+            want.as_strided((n_rows, n_cols), (stride, 1), pad).copy_(y_ref.to(dtype))
+            if torch.allclose(ys.cpu().double(), want.double(), atol=atol, rtol=rtol):
+                cause = (f"y is addressed with x's row stride: here x's rows are {stride} apart (a slice of wider "
+                         f"rows) and y's {n_cols} (contiguous). Store row r at y_ptr + r * stride_y_row + cols.")
+        raise KernelCheckError(f"The kernel wrote outside y, mean or rstd ({context}).\nLikely cause: {cause}")
+    ok, msg = compare(yv, y_ref, atol=atol, rtol=rtol, name="y")
+    if not ok:
+        cause = None
+        if row_gap:  # replay x read with y's row stride
+            xr = xs.cpu().as_strided((n_rows, n_cols), (n_cols, 1), pad)
+            if torch.allclose(yv.cpu().double(), layer_norm_ref(xr, w, b, eps)[0].to(dtype).double(), atol=atol,
+                              rtol=rtol, equal_nan=True):
+                cause = (f"x is addressed with y's row stride: here x's rows are {stride} apart (a slice of wider rows)"
+                         f" and y's {n_cols}. Load row r at x_ptr + r * stride_x_row + cols.")
+        cause = cause or _ln_diagnose(yv, x, w, b, eps, block, data, mean_v, rstd_v, (atol, rtol))
+        raise KernelCheckError(f"Wrong values ({context}).\n{msg}\nLikely cause: {cause}")
+    s_atol, s_rtol, _ = LN_STATS_TOLERANCE
+    s_atol += mean_err
+    for name, got, ref in (("mean", mean_v, mean_ref), ("rstd", rstd_v, rstd_ref)):
+        ok, msg = compare(got, ref, atol=s_atol, rtol=s_rtol, name=name)
+        if not ok:
+            raise KernelCheckError(f"Wrong {name} ({context}).\n{msg}\nLikely cause: the kernel must store each "
+                                   f"row's {name} (fp32) at {name}_ptr + row; the backward needs them.")
+    if fence_supported(device):
+        (xf, kx), (wf, kw), (bf, kb) = (fenced_copy(t.to(device), "end") for t in (x, w, b))
+        y2 = torch.empty(n_rows, n_cols, dtype=dtype, device=device)
+        m2, r2 = (torch.empty(n_rows, device=device) for _ in range(2))
+        launch(kernel, (n_rows,), (xf, y2, wf, bf, m2, r2, n_cols, n_cols, n_cols, eps), {"BLOCK_SIZE": block},
+               name=LAYER_NORM, signature=SIGNATURES[LAYER_NORM], context=context, device=device,
+               stage_text=f"FENCE-READ: running `{LAYER_NORM}` on x, w and b that each end exactly where readable "
+                          f"memory ends ({context}): a load of w or b, or of x's last row, without the mask "
+                          "cols < n_cols crashes here, even when the lanes it reads are never stored")
+        ok, msg = compare(y2, y_ref, atol=atol, rtol=rtol, name="y")
+        if not ok:
+            raise KernelCheckError(f"Wrong values on the second run, x, w and b stored without guards ({context})."
+                                   f"\n{msg}")
+        del kx, kw, kb
+    stage("done")
+
+
+# ----------------------------------------------------------------------------------- LayerNorm backward
+LN_BACKWARD_TOLERANCES = {
+    torch.float32: (1e-4, 1e-4, "dx sums n_cols products twice (c1, c2) in fp32; dw and db add up to a few hundred "
+                                "rows' terms in another order than the fp64 reference"),
+    torch.float16: (4e-3, 4e-3, "dx is rounded once to fp16 (4.9e-4 relative) after an fp32 computation; dw and "
+                                "db stay fp32"),
+    torch.bfloat16: (4e-3, 8e-3, "dx is rounded once to bf16 (3.9e-3 relative) after an fp32 computation; dw and "
+                                 "db stay fp32"),
+}
+
+
+def layer_norm_backward_ref(x, w, b, dy, eps):
+    """(dx, dw, db) in fp64 by torch.autograd through the fp64 reference."""
+    x64 = x.double().cpu().requires_grad_()
+    w64 = w.double().cpu().requires_grad_()
+    b64 = b.double().cpu().requires_grad_()
+    y = torch.nn.functional.layer_norm(x64, (x.shape[1],), w64, b64, eps)
+    y.backward(dy.double().cpu())
+    return x64.grad, w64.grad, b64.grad
+
+
+def make_ln_backward_inputs(n_rows: int, n_cols: int, dtype: torch.dtype, seed: int):
+    """(x, w, b, dy): rows of x with means from -3 to 3 and stds from 0.5 to 4, so that every row has a mean and
+    an rstd of its own (a kernel reading row 0's statistics for every row is off)."""
+    g = generator(seed)
+    scale = 0.5 + 3.5 * torch.rand(n_rows, 1, generator=g)
+    shift = 6 * torch.rand(n_rows, 1, generator=g) - 3
+    x = (torch.randn(n_rows, n_cols, generator=g) * scale + shift).to(dtype)
+    w = (torch.rand(n_cols, generator=g) + 0.5).to(dtype)
+    b = torch.randn(n_cols, generator=g).to(dtype)
+    dy = torch.randn(n_rows, n_cols, generator=g).to(dtype)
+    return x, w, b, dy
+
+
+def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program: int = 4,
+                              dtype: torch.dtype = torch.float32, *, eps: float = 1e-5, row_gap: int = 0,
+                              seed: int | None = None) -> None:
+    """Launch ``triton_layer_norm_backward_kernel`` like the notebook's LayerNormFunction.backward does (grid
+    (cdiv(n_rows, ROWS_PER_PROGRAM),), one partial row of dw and db per program, summed afterwards) and check dx,
+    dw and db against torch.autograd in fp64."""
+    require_triton_kernel(kernel, LN_BACKWARD)
+    device = infer_device()
+    seed = fresh_seed() if seed is None else seed
+    x, w, b, dy = make_ln_backward_inputs(n_rows, n_cols, dtype, seed)
+    _, mean, rstd = layer_norm_ref(x, w, b, eps)
+    mean, rstd = mean.float(), rstd.float()
+    block = triton.next_power_of_2(n_cols)
+    n_prog = triton.cdiv(n_rows, rows_per_program)
+    pad = max(64, block)
+    stride = n_cols + row_gap
+    context = (f"{n_rows} rows of {n_cols}, {str(dtype).replace('torch.', '')}, ROWS_PER_PROGRAM="
+               f"{rows_per_program} ({n_prog} programs), BLOCK_SIZE={block}"
+               f"{f', rows {stride} apart' if row_gap else ''}, seed {seed}")
+
+    def rows_buffer(t, fill):
+        buf = torch.full((pad + n_rows * stride + pad,), fill, dtype=dtype, device=device)
+        view = buf[pad:pad + n_rows * stride].view(n_rows, stride)[:, :n_cols]
+        view.copy_(t)
+        return buf, view
+
+    (xb, xv), (dyb, dyv) = rows_buffer(x, float("nan")), rows_buffer(dy, float("nan"))
+    (wb, wv), (mb, mv), (rb, rv) = _vec(w, pad, device), _vec(mean, pad, device), _vec(rstd, pad, device)
+    dxb, dxv = rows_buffer(torch.full((n_rows, n_cols), UNWRITTEN), OUTPUT_SENTINEL)
+    dwb, dwv = _vec(torch.full((n_prog, n_cols), UNWRITTEN), pad, device, OUTPUT_SENTINEL)
+    dbb, dbv = _vec(torch.full((n_prog, n_cols), UNWRITTEN), pad, device, OUTPUT_SENTINEL)
+    args = (dyv, xv, wv, mv, rv, dxv, dwv, dbv, stride, n_rows, n_cols)
+    launch(kernel, (n_prog,), args, {"ROWS_PER_PROGRAM": rows_per_program, "BLOCK_SIZE": block}, name=LN_BACKWARD,
+           signature=SIGNATURES[LN_BACKWARD], context=context, device=device)
+    inside = torch.zeros(dxb.numel(), dtype=torch.bool)
+    inside[pad:pad + n_rows * stride].view(n_rows, stride)[:, :n_cols] = True
+    stray = int((dxb.cpu()[~inside] != OUTPUT_SENTINEL).sum())
+    stray += sum(int((torch.cat([t[:pad], t[-pad:]]) != OUTPUT_SENTINEL).sum()) for t in (dwb, dbb))
+    if stray:
+        raise KernelCheckError(f"{stray} element(s) outside dx, dw_partial or db_partial were written ({context}).\n"
+                               "Likely cause: a store without the mask cols < n_cols, or a row past n_rows stored "
+                               "(the last program has fewer than ROWS_PER_PROGRAM rows: skip rows >= n_rows), or a "
+                               "partial row addressed other than dw_partial_ptr + pid * n_cols + cols.")
+    dx_ref, dw_ref, db_ref = layer_norm_backward_ref(x, w, b, dy, eps)
+    atol, rtol, _ = LN_BACKWARD_TOLERANCES[dtype]
+    xhat = (x.double() - mean.double()[:, None]) * rstd.double()[:, None]
+    ok, msg = compare(dxv, dx_ref, atol=atol, rtol=rtol, name="dx")
+    if not ok:
+        dxc = dxv.detach().double().cpu()
+        if (dxc == UNWRITTEN).any():
+            r, c = (dxc == UNWRITTEN).nonzero()[0].tolist()
+            cause = (f"dx[{r}, {c}] was never written: program pid handles rows pid * ROWS_PER_PROGRAM + i for i in "
+                     "range(ROWS_PER_PROGRAM); does it store every one of them (rows < n_rows)?")
+        elif torch.isnan(dxc).any():
+            cause = "dx holds NaN: a load outside x, dy or w (mask cols < n_cols, other=0.0; rows < n_rows)."
+        else:
+            wdy = w.double() * dy.double()
+            rs = rstd.double()[:, None]
+            c1, c2 = (xhat * wdy).mean(-1, keepdim=True), wdy.mean(-1, keepdim=True)
+            first = lambda t: t[:1].expand_as(t)  # row 0's statistic for every row
+            xhat0 = (x.double() - first(mean.double()[:, None])) * first(rs)
+            candidates = [
+                (wdy * rs, "dx = w·dy·rstd misses the terms that come from the mean and the variance depending on x: "
+                           "dx = (w·dy - (xhat·c1 + c2))·rstd with c1 = sum(xhat·w·dy)/n_cols, c2 = sum(w·dy)/n_cols."),
+                ((wdy - xhat * c1) * rs, "the c2 = sum(w·dy)/n_cols term is missing: dx = (w·dy - (xhat·c1 + c2))·rstd."),
+                ((wdy - c2) * rs, "the xhat·c1 term is missing (c1 = sum(xhat·w·dy)/n_cols): dx = (w·dy - (xhat·c1 + "
+                                  "c2))·rstd."),
+                ((wdy - (xhat0 * (xhat0 * wdy).mean(-1, keepdim=True) + c2)) * first(rs),
+                 "every row uses row 0's mean and rstd: load them at mean_ptr + row and rstd_ptr + row."),
+                ((dy.double() - (xhat * (xhat * dy.double()).mean(-1, keepdim=True) + dy.double().mean(-1, True)))
+                 * rs, "w is missing: the gradient reaching xhat is w·dy, so dx = (w·dy - (xhat·c1 + c2))·rstd."),
+            ]
+            cause = next((words for cand, words in candidates
+                          if torch.allclose(dxc, cand.to(dtype).double(), atol=atol, rtol=rtol)),
+                         "dx = (w·dy - (xhat·c1 + c2))·rstd with xhat = (x - mean)·rstd (0 in masked lanes), "
+                         "c1 = sum(xhat·w·dy)/n_cols and c2 = sum(w·dy)/n_cols, all in fp32.")
+        raise KernelCheckError(f"Wrong dx ({context}).\n{msg}\nLikely cause: {cause}")
+    for name, part, ref in (("dw", dwv, dw_ref), ("db", dbv, db_ref)):
+        p = part.detach().cpu().view(n_prog, n_cols).double()
+        if (p == UNWRITTEN).any():
+            r, c = (p == UNWRITTEN).nonzero()[0].tolist()
+            raise KernelCheckError(f"{name}_partial[{r}, {c}] was never written ({context}).\nLikely cause: each "
+                                   f"program must store its partial {name} (summed over its rows) at "
+                                   f"{name}_partial_ptr + pid * n_cols + cols, masked with cols < n_cols.")
+        ok, msg = compare(p.sum(0), ref, atol=atol * n_rows ** 0.5, rtol=rtol, name=f"{name} (partials summed)")
+        if not ok:
+            hint = (f"{name} is the sum over every row of " + ("dy·xhat" if name == "dw" else "dy") +
+                    f": each program adds its ROWS_PER_PROGRAM rows into an fp32 accumulator (start it at 0 "
+                    "before the row loop, and do not add rows >= n_rows) and stores it once, at the end.")
+            terms = dy.double() * xhat if name == "dw" else dy.double()
+            last_rows = [min((i + 1) * rows_per_program, n_rows) - 1 for i in range(n_prog)]
+            first_rows = [i * rows_per_program for i in range(n_prog)]
+            for picked in (last_rows, first_rows):
+                if torch.allclose(p, terms[picked], atol=atol, rtol=rtol):
+                    hint = (f"each program's partial {name} holds only one of its rows: it must be summed over all "
+                            f"of the program's rows ({name} += ... inside the row loop, starting from 0). " + hint)
+            if name == "dw" and torch.allclose(p.sum(0), (dy.double() * x.double()).sum(0), atol=atol * n_rows**0.5,
+                                               rtol=rtol):
+                hint = "dw sums dy·x: it is the sum of dy·xhat, with xhat = (x - mean)·rstd."
+            raise KernelCheckError(f"Wrong {name} ({context}).\n{msg}\nLikely cause: {hint}")
+    if fence_supported(device):
+        # every input ends at an unreadable page: x, dy (rows n_cols apart), w, mean and rstd
+        (x2, kx), (dy2, kdy), (w2, kw), (m2, km), (r2, kr) = (fenced_copy(t.to(device), "end")
+                                                              for t in (x, dy, w, mean, rstd))
+        dx2 = torch.empty(n_rows, n_cols, dtype=dtype, device=device)
+        dw2, db2 = (torch.empty(n_prog, n_cols, device=device) for _ in range(2))
+        launch(kernel, (n_prog,), (dy2, x2, w2, m2, r2, dx2, dw2, db2, n_cols, n_rows, n_cols),
+               {"ROWS_PER_PROGRAM": rows_per_program, "BLOCK_SIZE": block}, name=LN_BACKWARD,
+               signature=SIGNATURES[LN_BACKWARD], context=context, device=device,
+               stage_text=f"FENCE-READ: running `{LN_BACKWARD}` on x, dy, w, mean and rstd that each end exactly "
+                          f"where readable memory ends ({context}): a load of w or of the last row of x or dy without "
+                          "the mask cols < n_cols, or of a row >= n_rows (its mean or rstd too), crashes here")
+        ok, msg = compare(dx2, dx_ref, atol=atol, rtol=rtol, name="dx")
+        if not ok:
+            raise KernelCheckError(f"Wrong dx on the second run, its inputs stored without guards ({context}).\n{msg}")
+        del kx, kdy, kw, km, kr
+    stage("done")
