@@ -51,6 +51,9 @@ def add_commands(sub) -> None:
     p.add_argument("--retry-failed", action="store_true", help="grade again the learners recorded as failed")
     p.add_argument("--notebook-timeout", type=float, default=1800.0,
                    help="seconds one learner's autograde may take before it is stopped (default 1800)")
+    p.add_argument("--run-timeout", type=float, default=86400.0,
+                   help="seconds the whole run may take: then it stops as on Ctrl-C and a rerun goes on (default "
+                        "86400; 0: no bound)")
     p.add_argument("--timeout-factor", type=float, help="scales every test's time limit "
                    "(--IsolatedKernelTests.timeout_factor)")
     p.add_argument("--cell-timeout", type=float, help="seconds a notebook cell may run (--ResilientExecute.timeout)")
@@ -130,7 +133,8 @@ def run_command(args) -> int:
                 extra.append(f"--IsolatedKernelTests.timeout_factor={args.timeout_factor}")
             if args.cell_timeout:
                 extra.append(f"--ResilientExecute.timeout={args.cell_timeout:g}")
-            grader = Grader(course, jobs=args.jobs, notebook_timeout=args.notebook_timeout, nbgrader_args=extra)
+            grader = Grader(course, jobs=args.jobs, notebook_timeout=args.notebook_timeout, nbgrader_args=extra,
+                            run_timeout=args.run_timeout)
             if args.cluster or args.scheduler:
                 from .distributed import ClusterOptions, DaskExecutor
 

@@ -546,14 +546,16 @@ class Grader:
 
     def __init__(self, course: Course, *, jobs: int = 1, test_workers: int | None = None,
                  notebook_timeout: float = 1800.0, nbgrader_args: list[str] | None = None,
-                 out=sys.stdout, executor=None):
+                 out=sys.stdout, executor=None, run_timeout: float = 86400.0):
         self.course = course
         # Where the private gradings run: None, threads on this machine (LocalExecutor); or a Dask cluster
         # (distributed.DaskExecutor). Either way this process alone merges results into the gradebook.
         self.executor = executor
         self.jobs = max(1, jobs)
         self.test_workers = test_workers or max(1, (os.cpu_count() or 1) // self.jobs)
-        self.notebook_timeout = notebook_timeout
+        self.notebook_timeout = notebook_timeout  # one learner's private autograde, then it is killed
+        self.run_timeout = run_timeout  # the whole run (0: none), then it stops as on Ctrl-C; a rerun goes on
+        self._run_deadline: float | None = None
         self.nbgrader_args = list(nbgrader_args or [])
         self.out = out
         self.state_path = course.state_dir / "state.json"
@@ -768,6 +770,7 @@ class Grader:
 
     def grade(self, assignments: list[str] | None = None, students: list[str] | None = None, *,
               force: bool = False, retry_failed: bool = False) -> int:
+        self._run_deadline = time.monotonic() + self.run_timeout if self.run_timeout and self.run_timeout > 0 else None
         pairs, assignments = self.plan(assignments, students)
         from ..grading import sandbox
 
@@ -791,6 +794,14 @@ class Grader:
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
+
+    def _wait_seconds(self, poll: float | None) -> float | None:
+        """How long the grading loop may wait for a grading to finish: the executor's poll interval, never past the
+        run's bound."""
+        if self._run_deadline is None:
+            return poll
+        left = max(0.0, self._run_deadline - time.monotonic())
+        return left if poll is None else min(poll, left)
 
     def _grade(self, pairs, *, force: bool, retry_failed: bool) -> int:
         state = self.load_state()
@@ -833,10 +844,14 @@ class Grader:
             with pool:
                 try:
                     while queue or running:
+                        if self._run_deadline is not None and time.monotonic() >= self._run_deadline:
+                            raise GradingStopped(f"the run passed its bound of {self.run_timeout:g} s (--run-timeout)"
+                                                 "; its gradings were stopped.")
                         while queue and len(running) < pool.slots():
                             task = queue.popleft()
                             running[pool.submit(task, template)] = task
-                        finished, _ = wait(running, timeout=pool.poll_seconds, return_when=FIRST_COMPLETED)
+                        finished, _ = wait(running, timeout=self._wait_seconds(pool.poll_seconds),
+                                           return_when=FIRST_COMPLETED)
                         pool.check()  # GradingStopped when the cluster is gone for good
                         for fut in finished:
                             task = running.pop(fut)

@@ -13,11 +13,15 @@ import os
 import random
 import shlex
 import shutil
+import signal
 import stat
 import sys
+import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from traitlets import Bool, Float, Integer
@@ -302,6 +306,142 @@ class RestoreDeletedCells(OverwriteCells):
         return nb, resources
 
 
+class _NotebookExpired(BaseException):
+    """Raised in the grading thread (by :class:`_Watchdog`'s signal) when a notebook's grading is past its bound and
+    the thread is still waiting somewhere: a BaseException, so that no ``except Exception`` on the way swallows it."""
+
+
+_WAKE = signal.SIGURG  # default action: ignored; so a wake-up that arrives after the watchdog is gone does nothing
+
+
+class _Watchdog:
+    """Bounds one notebook's run in ResilientExecute: its time (``notebook_timeout``), the whole run's time
+    (``run_timeout``, :class:`_RunBound`) and the grader's own memory growth while the notebook runs.
+
+    Past a bound it stops the notebook's kernel (its process tree is killed: nbclient then sees a dead kernel within
+    a second, and the notebook fails at that cell with the reason). If the grading thread has still not come back
+    ``grace`` seconds later (it waits in something that ignores a dead kernel, as ``zmq_ctx_term`` in a garbage
+    collector does: pyzmq #1167), the thread is woken by a signal every few seconds, whose handler raises
+    :class:`_NotebookExpired` there: every wait returns (EINTR), so that no notebook can keep the grader forever.
+    The signal needs the main thread (plain nbgrader grades in it); elsewhere only the kernel is stopped."""
+
+    poll = 0.05
+
+    def __init__(self, stop_kernel, seconds: float, memory_bytes: int, log, grace: float = 10.0):
+        self.stop_kernel, self.seconds, self.memory_bytes, self.log, self.grace = \
+            stop_kernel, seconds, memory_bytes, log, grace
+        self.expired: str | None = None  # "time", "memory" or "run" once a bound is passed
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._main = threading.current_thread() is threading.main_thread()
+        self._ident = threading.get_ident()
+        self._old_handler = None
+        self._thread = threading.Thread(target=self._run, name="tritoncourse-notebook-watchdog", daemon=True)
+
+    def __enter__(self):
+        if self._main:
+            self._old_handler = signal.signal(_WAKE, self._on_signal)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:  # no wake-up is sent once this is set
+            self._done.set()
+        self._thread.join(timeout=5)
+        if self._main:
+            signal.signal(_WAKE, self._old_handler if self._old_handler is not None else signal.SIG_DFL)
+
+    def _on_signal(self, signum, frame):
+        if self.expired and not self._done.is_set():
+            raise _NotebookExpired(self.expired)
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        start = time.monotonic()
+        base = me.memory_info().rss
+        expired_at = next_wake = 0.0
+        while not self._done.wait(self.poll):
+            now = time.monotonic()
+            try:
+                if self.expired is None:
+                    why = ("time" if self.seconds and now - start > self.seconds else
+                           "memory" if self.memory_bytes and me.memory_info().rss - base > self.memory_bytes else
+                           "run" if _RunBound.passed() else None)
+                    if why:
+                        self.expired, expired_at, next_wake = why, now, now + self.grace
+                        self.log.error("Notebook watchdog: %s bound passed; stopping the notebook's kernel.", why)
+                        self.stop_kernel()
+                elif now >= next_wake:
+                    next_wake = now + 5
+                    with self._lock:
+                        if not self._done.is_set() and self._main:
+                            self.log.error("Notebook watchdog: the grader still waits %.0f s after the %s bound; "
+                                           "interrupting it.", now - expired_at, self.expired)
+                            signal.pthread_kill(self._ident, _WAKE)
+            except Exception:  # the watchdog itself must never stop watching
+                self.log.error("Notebook watchdog error", exc_info=True)
+
+
+def _is_nbgrader_command() -> bool:
+    """Whether this process is the ``nbgrader`` command (``nbgrader ...``, ``python -m nbgrader ...``), where one run
+    is the whole process; not a Jupyter server running formgrader, a test, or ``tritoncourse check``."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return (os.path.basename(sys.argv[0] if sys.argv else "") in ("nbgrader", "jupyter-nbgrader")
+            or getattr(spec, "name", "") in ("nbgrader", "nbgrader.__main__"))
+
+
+class _RunBound:
+    """The whole grading run's bound (``ResilientExecute.run_timeout``) in the ``nbgrader`` command, counted from
+    the process's start: plain ``nbgrader autograde`` grades every learner in one process. Once past it, the
+    notebook being run is stopped (its watchdog sees :meth:`passed`) and ResilientExecute raises KeyboardInterrupt,
+    which nbgrader handles as Ctrl-C: the run ends, what was graded stays, a rerun without --force goes on. If the
+    process is still there ``grace`` seconds later (stuck outside ResilientExecute), its main thread gets SIGINT;
+    ``2 * grace`` seconds later the process kills its own children and exits with status 124. In any other process
+    (a Jupyter server, a test) there is no run bound: each notebook still has its own."""
+
+    _thread: threading.Thread | None = None
+    _deadline: float | None = None  # time.time() at which the run's bound passes
+    _active = 0  # notebooks being run now (their own watchdogs stop them)
+    grace = 60.0
+
+    @classmethod
+    def start(cls, seconds: float, log) -> None:
+        if seconds <= 0 or cls._thread is not None or not _is_nbgrader_command():
+            return
+        import psutil
+
+        cls._deadline = psutil.Process().create_time() + seconds
+        cls._thread = threading.Thread(target=cls._run, args=(seconds, log, threading.main_thread().ident),
+                                       name="tritoncourse-run-bound", daemon=True)
+        cls._thread.start()
+
+    @classmethod
+    def passed(cls) -> bool:
+        return cls._deadline is not None and time.time() > cls._deadline
+
+    @classmethod
+    def _run(cls, seconds: float, log, main: int) -> None:
+        while not cls.passed():
+            time.sleep(min(30.0, max(0.1, cls._deadline - time.time())))
+        log.error("The grading run passed its bound (ResilientExecute.run_timeout = %s s): it stops; a rerun goes "
+                  "on with the learners not graded yet.", seconds)
+        time.sleep(cls.grace if cls._active else 1.0)
+        with contextlib.suppress(Exception):
+            signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(2 * cls.grace)
+        log.error("The grading run did not stop after SIGINT: its processes are killed.")
+        with contextlib.suppress(Exception):
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+        os._exit(124)
+
+
 def _sandboxed_kernel_manager_class(base, uid):
     """``base`` (nbclient's AsyncKernelManager) whose connection file the sandbox's user can read."""
 
@@ -332,9 +472,29 @@ class ResilientExecute(Execute):
     probe_timeout = Integer(20, help="Seconds the kernel has to answer after a cell's time-out.").tag(config=True)
     output_limit = Integer(4 << 20, help="Bytes of output one cell may send the grader; the rest is dropped "
                            "(a cell that prints gigabytes must not fill the grader's memory).").tag(config=True)
+    message_limit = Integer(32 << 20, help="Bytes of one message (one frame) the grader accepts from the "
+                            "notebook's kernel, enforced as it is received (ZMQ_MAXMSGSIZE on every socket): a cell "
+                            "that sends more is stopped there with a message saying so, and the notebook's later "
+                            "cells are not run.").tag(config=True)
+    memory_limit = Integer(1024 << 20, help="Bytes the grader's own memory may grow while one notebook runs (a "
+                           "flood of messages that are each within message_limit): past it the notebook is "
+                           "stopped at that cell. 0: no bound.").tag(config=True)
+    notebook_timeout = Integer(1200, help="Seconds one notebook's run may take in all (its kernel's start, every "
+                               "cell, its shutdown): past it the notebook is stopped at that cell and grading goes "
+                               "on; the kernel tests are still graded outside it. 0: no bound.").tag(config=True)
+    run_timeout = Integer(86400, help="Seconds a whole run of the nbgrader command may take (counted from its "
+                          "start): past it the run stops as on Ctrl-C (what was graded stays; `nbgrader autograde` "
+                          "without --force goes on with the rest). Not applied in other processes (a Jupyter server's "
+                          "formgrader, tests). 0: no bound.").tag(config=True)
+
     def preprocess(self, nb, resources=None, km=None):
         self._running = self._done = None  # the cell being run, the last cell run
         self._box = self._keep = None
+        # What this run makes, ended explicitly by _release (never left to the garbage collector: a zmq context
+        # finalized there with an open socket waits forever in zmq_ctx_term, pyzmq #1167 / jupyter_client #482).
+        self._contexts, self._monitors = [], []
+        self._client = self._manager = self._kernel_proc = None
+        self._oversized = False
         resources = resources if resources is not None else {}
         self._drop_linked_copies(resources)
         refused = refused_reason(nb) or submission_refusal(self, resources)
@@ -344,28 +504,164 @@ class ResilientExecute(Execute):
         if km is None and sandbox.require():
             student = resources.get("nbgrader", {}).get("student", "learner")
             self._box = sandbox.Sandbox(f"kernel-{student}")
-        try:
-            return super().preprocess(nb, resources, km)
-        except Exception as err:
-            idx = next((i for i in (self._running, self._done) if i is not None), -1)
-            if isinstance(err, DeadKernelError):
-                self.log.warning("The notebook's kernel died at cell %s; grading continues.", idx)
-            else:
-                self.log.error("Running the notebook failed at cell %s; grading continues.", idx, exc_info=True)
-                resources.setdefault("tritoncourse", {})["execution_error"] = f"{type(err).__name__}: {err}"
-            resources.setdefault("tritoncourse", {})["kernel_died_at"] = idx
-            return nb, resources
-        finally:
+        _RunBound.start(self.run_timeout, self.log)
+        if _RunBound.passed():  # stuck or slow outside the notebooks: this run ends before another one starts
             if self._box is not None:
-                for why in self._box.killed:
-                    self.log.warning("Sandbox: %s", why)
                 self._box.close()
-                self._box = None
+            raise KeyboardInterrupt(f"the grading run passed its bound of {self.run_timeout} s "
+                                    "(ResilientExecute.run_timeout)")
+        self._watchdog = _Watchdog(self._stop_kernel, self.notebook_timeout, self.memory_limit, self.log)
+        _RunBound._active += 1
+        try:
+            with self._watchdog:
+                try:
+                    return super().preprocess(nb, resources, km)
+                except (Exception, _NotebookExpired) as err:
+                    idx = next((i for i in (self._running, self._done) if i is not None), -1)
+                    if isinstance(err, _NotebookExpired):
+                        self.log.error("Grading the notebook was interrupted at cell %s (%s bound); grading "
+                                       "continues.", idx, err)
+                        if self._running is not None:
+                            nb.cells[self._running].setdefault("outputs", []).append(self._stopped_output())
+                        resources.setdefault("tritoncourse", {})["execution_error"] = self._stopped_text()
+                    elif isinstance(err, DeadKernelError):
+                        self.log.warning("The notebook's kernel died at cell %s; grading continues.", idx)
+                    else:
+                        self.log.error("Running the notebook failed at cell %s; grading continues.", idx,
+                                       exc_info=True)
+                        resources.setdefault("tritoncourse", {})["execution_error"] = f"{type(err).__name__}: {err}"
+                    resources.setdefault("tritoncourse", {})["kernel_died_at"] = idx
+                    return nb, resources
+                finally:
+                    self._release()
+        finally:
+            _RunBound._active -= 1
+            if self._watchdog.expired:
+                resources.setdefault("tritoncourse", {})["stopped"] = self._stopped_text()
+            if self._watchdog.expired == "run" or _RunBound.passed():
+                raise KeyboardInterrupt(f"the grading run passed its bound of {self.run_timeout} s "
+                                        "(ResilientExecute.run_timeout)")
 
-    # ---- the kernel inside the sandbox
+    # ---- bounds: what stopped a notebook from outside its cells
+    _watchdog: _Watchdog | None = None
+    _monitors: list = []
+    _oversized = False
+
+    def _expired(self) -> str | None:
+        return self._watchdog.expired if self._watchdog is not None else None
+
+    def _stopped_text(self) -> str:
+        why = self._expired()
+        if self._oversized and not why:
+            return (f"This cell sent the grader a single message of more than {self.message_limit >> 20} MB (output, "
+                    "an image, a widget's data): the grader refuses such messages as they arrive, and stopped the "
+                    "notebook here. Later cells were not run; the tests were graded outside the notebook.")
+        if why == "memory":
+            return (f"This cell sent the grader so much output that the grader's memory grew by more than "
+                    f"{self.memory_limit >> 20} MB: the notebook was stopped here. Later cells were not run; the "
+                    "tests were graded outside the notebook.")
+        if why == "run":
+            return ("The grading run passed its time limit while this cell ran: the notebook was stopped here and "
+                    "will be graded again when the instructor goes on grading.")
+        return (f"Grading this notebook took longer than {self.notebook_timeout} s in all: it was stopped here. "
+                "Later cells were not run; the tests were graded outside the notebook.")
+
+    def _stopped_output(self) -> NotebookNode:
+        name = "OutputTooLarge" if self._oversized and not self._expired() else {
+            "memory": "OutputTooLarge", "run": "GradingStopped"}.get(self._expired(), "NotebookTimeout")
+        return _error_output(name, self._stopped_text())
+
+    def _kernel_process(self):
+        """The kernel's process (the sandbox's outer process), once started: the Popen nbclient's provisioner made."""
+        if self._kernel_proc is None and self._manager is not None:
+            self._kernel_proc = getattr(getattr(self._manager, "provisioner", None), "process", None)
+        return self._kernel_proc
+
+    def _stop_kernel(self) -> None:
+        """Kill the notebook's kernel (its whole process tree): from the watchdog's thread, so only signals."""
+        proc = self._kernel_process()
+        if proc is not None and proc.poll() is None:
+            sandbox.kill_process_tree(proc.pid)
+
+    def _release(self) -> None:
+        """End everything this notebook's run made, explicitly and each step bounded, whatever nbclient's own
+        clean-up did: the monitor sockets, the client's channels, the manager's control socket, the kernel's
+        process (killed if still there, and reaped), our zmq contexts (destroyed with linger 0, so that
+        zmq_ctx_term cannot wait), the event loop's leftover tasks, and the sandbox."""
+
+        def attempt(what, fn):
+            try:
+                fn()
+            except (Exception, _NotebookExpired):
+                self.log.warning("Clean-up: %s failed", what, exc_info=True)
+
+        for mon in self._monitors[0::2]:
+            attempt("closing a monitor socket", lambda mon=mon: mon.close(linger=0))
+        if self._client is not None:
+            attempt("stopping the kernel client's channels", self._client.stop_channels)
+        if self._manager is not None:
+            attempt("closing the kernel manager's control socket", self._manager._close_control_socket)
+        proc = self._kernel_process()
+        if proc is not None:
+            attempt("stopping the kernel's processes", lambda: proc.poll() is None
+                    and sandbox.kill_process_tree(proc.pid))
+            attempt("reaping the kernel's process", lambda: proc.wait(timeout=10))
+        for ctx in self._contexts:
+            attempt("destroying a zmq context", lambda ctx=ctx: ctx.destroy(linger=0))
+        attempt("cancelling the event loop's leftover tasks", self._cancel_leftover_tasks)
+        self._contexts, self._monitors = [], []
+        self._client = self._manager = self._kernel_proc = None
+        if self._box is not None:
+            for why in self._box.killed:
+                self.log.warning("Sandbox: %s", why)
+            attempt("closing the sandbox", self._box.close)
+            self._box = None
+
+    def _cancel_leftover_tasks(self) -> None:
+        """An interrupted run leaves nbclient's tasks pending in this thread's event loop: cancel them, so that the
+        next notebook's run does not wake them."""
+        import asyncio
+
+        from jupyter_core.utils import ensure_event_loop
+
+        loop = ensure_event_loop()
+        if loop.is_running():
+            return
+        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.wait(tasks, timeout=5))
+
+    # ---- the kernel and its client: contexts of our own, bounded messages
+    def _context(self, cls):
+        """A zmq context of this run's own (destroyed by _release): every socket made in it refuses a message
+        frame larger than message_limit as it arrives (the peer is disconnected; libzmq checks the size in the frame
+        header, before the frame is read into memory)."""
+        import zmq
+
+        ctx = cls()
+        self._contexts.append(ctx)
+        if self.message_limit > 0:
+            ctx.setsockopt(zmq.MAXMSGSIZE, int(self.message_limit))
+        return ctx
+
+    def _manager_context(self):
+        """A context for the kernel manager (its control socket) of the class its ``context`` trait asks for."""
+        import zmq
+
+        klass = self.kernel_manager_class.class_traits().get("context")
+        klass = getattr(klass, "klass", None)
+        return self._context(klass if isinstance(klass, type) and issubclass(klass, zmq.Context) else zmq.Context)
+
     def create_kernel_manager(self):
         if self._box is None:
-            return super().create_kernel_manager()
+            if not self.kernel_name:
+                self.kernel_name = self.nb.metadata.get("kernelspec", {}).get("name") or ""
+            kw = {"kernel_name": self.kernel_name} if self.kernel_name else {}
+            self.km = self.kernel_manager_class(config=self.config, context=self._manager_context(), **kw)
+            self._manager = self.km
+            return self.km
         from jupyter_client.kernelspec import KernelSpecManager
 
         box = self._box
@@ -382,8 +678,74 @@ class ResilientExecute(Execute):
         manager = _sandboxed_kernel_manager_class(self.kernel_manager_class, box.uid)
         self.km = manager(kernel_name="tritoncourse-sandboxed", config=self.config,
                           kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]), transport="ipc",
-                          ip=str(box.shared / "kernel"), connection_file=str(box.shared / "connection.json"))
+                          ip=str(box.shared / "kernel"), connection_file=str(box.shared / "connection.json"),
+                          context=self._manager_context())
+        self._manager = self.km
         return self.km
+
+    async def async_start_new_kernel(self, **kwargs):
+        await super().async_start_new_kernel(**kwargs)
+        self._kernel_proc = getattr(getattr(self.km, "provisioner", None), "process", None)
+
+    async def async_start_new_kernel_client(self):
+        """nbclient's, with the client in a context of this run's own (bounded messages, destroyed explicitly) and
+        a monitor on each socket that carries the kernel's messages (a disconnection there is a refused message)."""
+        import zmq
+        import zmq.asyncio
+
+        if self._manager is None or self.km is not self._manager:  # a kernel manager we did not make: as nbclient
+            self.kc = await super().async_start_new_kernel_client()
+            self._client = self.kc
+            return self.kc
+        client = self.km.client
+        self.km.client = lambda **kw: client(context=self._context(zmq.asyncio.Context), **kw)
+        try:
+            self.kc = await super().async_start_new_kernel_client()
+        finally:
+            with contextlib.suppress(AttributeError):
+                del self.km.client
+        self._client = self.kc
+        for channel in ("shell_channel", "iopub_channel", "stdin_channel"):
+            sock = getattr(getattr(self.kc, channel), "socket", None)
+            if sock is not None:
+                monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                # read without the event loop through a shadow; the socket itself is kept (and closed by _release)
+                self._monitors += [monitor, zmq.Socket.shadow(monitor.underlying)]
+        return self.kc
+
+    start_new_kernel = run_sync(async_start_new_kernel)
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    def _refused_message(self) -> bool:
+        """Whether the kernel sent a message larger than message_limit (refused as it arrived): one of the client's
+        sockets was disconnected from the kernel while the kernel lives on. A kernel that died (its own doing, the
+        sandbox's, a bound's) takes its sockets with it: that is not a refused message."""
+        import zmq
+
+        if self._oversized:
+            return True
+        disconnected = False
+        for mon in self._monitors[1::2]:  # the shadows
+            while True:
+                try:
+                    mon.recv_multipart(zmq.NOBLOCK)
+                except zmq.ZMQError:  # zmq.Again: nothing more
+                    break
+                disconnected = True
+        if not disconnected or self._expired() or (self._box is not None and self._box.killed):
+            return False
+        proc, until = self._kernel_proc, time.monotonic() + 0.5
+        while proc is not None and proc.poll() is None and time.monotonic() < until:
+            time.sleep(0.05)  # a dying kernel's sockets go first: give it the time to be seen dead
+        self._oversized = proc is not None and proc.poll() is None
+        return self._oversized
+
+    async def _async_check_alive(self) -> None:
+        # nbclient calls this every second while a cell runs: a refused message stops the cell at once (as a dead
+        # kernel does), instead of waiting for outputs that were dropped with it.
+        await super()._async_check_alive()
+        if self._refused_message():
+            raise DeadKernelError("the kernel sent a message larger than the grader accepts")
 
     def _refused(self, nb, resources, reason: str):
         """A refused notebook (links.py): if the sanitizing step did not already empty it, every cell is emptied
@@ -526,6 +888,9 @@ class ResilientExecute(Execute):
                 result = super().preprocess_cell(cell, resources, index)
             except DeadKernelError:
                 why = "; ".join(self._box.killed) if self._box is not None and self._box.killed else ""
+                if self._expired() or (not why and self._refused_message()):  # a bound stopped it, not its code
+                    cell.setdefault("outputs", []).append(self._stopped_output())
+                    raise
                 cell.outputs.append(_error_output(
                     "DeadKernelError",
                     (f"The grading sandbox stopped the notebook's Python process: {why}." if why else
@@ -533,7 +898,8 @@ class ResilientExecute(Execute):
                      "launched here?).") + " Later cells were not run; the tests were graded outside the notebook."))
                 raise
             except CellTimeoutError:  # no answer even after the interrupt (nbgrader raises on an iopub time-out)
-                cell.setdefault("outputs", []).append(_unresponsive())
+                stopped = self._refused_message() or self._expired()
+                cell.setdefault("outputs", []).append(self._stopped_output() if stopped else _unresponsive())
                 raise
             except Exception as err:
                 cell.setdefault("outputs", []).append(_error_output(
@@ -543,6 +909,9 @@ class ResilientExecute(Execute):
                 raise
         finally:
             self._kill_strays()
+        if self._refused_message():  # a message refused while the cell still ended: its outputs are not whole
+            cell.setdefault("outputs", []).append(self._stopped_output())
+            raise DeadKernelError("the kernel sent a message larger than the grader accepts")
         if any(o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
             self._stop_if_unresponsive(cell)
         self._running, self._done = None, index
