@@ -1,7 +1,7 @@
 # The causal mask compares positions inside the tiles (tl.arange) instead of the sequence positions: right in the
 # diagonal tile of a query tile as wide as the key tile, wrong elsewhere.
 # expect-fail: test_attention_causal test_attention_causal_ragged
-# expect-message: tile
+# expect-message: positions inside the tiles
 # replaces: attention_kernel
 # other-solutions: source
 @triton.jit
