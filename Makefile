@@ -19,12 +19,13 @@ OUT ?=
 GRADE_FLAGS ?=
 JUPYTER_PORT ?= 8888
 
-.PHONY: help venv system-deps lab notebooks test test-fast release check reset submit gpu-check clean-grading \
+.PHONY: help venv system-deps lab notebooks test test-fast release check reset submit gpu-check \
 	collect grade grades feedback solutions handout
 
 help:
 	@echo "make lab            build .venv (first time) and open JupyterLab on notebooks/"
 	@echo "make test           run the whole test suite (pytest)"
+	@echo "make test-fast      the fast tiers only: no nbgrader autograde, no fixture grading, no browser, no Docker"
 	@echo "make check PHASE=01_vector_add   check one of your notebooks from the terminal (exit code 0 = pass)"
 	@echo "make reset PHASE=01_vector_add   back up your notebook and restore the released version"
 	@echo "make submit PHASE=01_vector_add STUDENT=you   check a notebook, write submissions/you__01_vector_add.ipynb"
@@ -73,6 +74,10 @@ system-deps:
 
 test: system-deps venv
 	$(PY) -m pytest -q --durations=25
+
+# The inner loop: everything but the slow tiers (real nbgrader autograde, every fixture judged, browser, Docker).
+test-fast: system-deps venv
+	$(PY) -m pytest -q -m "not slow" --durations=10
 
 release: venv
 	@for a in $(ASSIGNMENTS); do \
