@@ -15,6 +15,24 @@ from nbformat.v4 import new_code_cell
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
 BIN = Path(sys.executable).parent
+# One fixture per failure class and phase, graded through real nbgrader (tests/test_grading.py); every other fixture's
+# verdict is tests/test_verdicts.py's, through the grader's judge and sandboxed runner.
+NBGRADER_FIXTURES = {
+    # notebook-level cheats and faults (they act on the notebook's run, which only nbgrader does), an endless
+    # loop (the time limit), a crash (the CPU fence), wrong values, a refused definition, a correct variant
+    "01_vector_add": {"wrong_input_transformer", "wrong_monkeypatch", "correct_broken_unrelated_cell",
+                      "wrong_endless_loop", "wrong_segfault", "wrong_shifted_offsets", "wrong_python_function",
+                      "correct_helper_and_int64"},
+    "02_softmax": {"correct_jit_helpers", "wrong_no_max_subtraction", "wrong_unmasked_load_masked_store",
+                   "wrong_torch_in_kernel"},
+    "03_matmul_relu": {"correct_k_outer_masks", "wrong_no_relu", "wrong_k_tail_unmasked", "wrong_monkeypatch_checks"},
+    "04_benchmarking": {"correct_statistics_and_helpers", "wrong_gbps_gib", "wrong_kernel_unmasked_loads",
+                        "wrong_tampers_with_statistics"},
+    "05_autotuning": {"correct_pointer_advance_datacenter", "wrong_key_misspelt", "wrong_not_autotuned",
+                      "wrong_configs_from_a_function"},
+    "06_fused_attention": {"correct_single_loop", "wrong_no_rescale", "wrong_unmasked_key_load",
+                           "wrong_wrapper_calls_sdpa"},
+}
 
 
 def nbgrader(*args: str, cwd: Path, check: bool = True, timeout: float = 3000) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import DEVICE
-from course import SUBMISSIONS, Course, fill_solution_regions, fixtures, graded_test_ids
+from course import NBGRADER_FIXTURES, SUBMISSIONS, Course, fill_solution_regions, fixtures, graded_test_ids
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct
@@ -27,23 +27,6 @@ ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 _FLAGS = dict(flag.split("=", 1) for flag in ("--IsolatedKernelTests.timeout_factor=0.5", "--ResilientExecute.timeout=60",
                                                *os.environ.get("TRITONCOURSE_GRADING_FLAGS", "").split()))
 FLAGS = tuple(f"{key}={value}" for key, value in _FLAGS.items())
-# One fixture per failure class and phase, graded through real nbgrader (every fixture: tests/test_verdicts.py).
-NBGRADER_FIXTURES = {
-    # notebook-level cheats and faults (they act on the notebook's run, which only nbgrader does), an endless
-    # loop (the time limit), a crash (the CPU fence), wrong values, a refused definition, a correct variant
-    "01_vector_add": {"wrong_input_transformer", "wrong_monkeypatch", "correct_broken_unrelated_cell",
-                      "wrong_endless_loop", "wrong_segfault", "wrong_shifted_offsets", "wrong_python_function",
-                      "correct_helper_and_int64"},
-    "02_softmax": {"correct_jit_helpers", "wrong_no_max_subtraction", "wrong_unmasked_load_masked_store",
-                   "wrong_torch_in_kernel"},
-    "03_matmul_relu": {"correct_k_outer_masks", "wrong_no_relu", "wrong_k_tail_unmasked", "wrong_monkeypatch_checks"},
-    "04_benchmarking": {"correct_statistics_and_helpers", "wrong_gbps_gib", "wrong_kernel_unmasked_loads",
-                        "wrong_tampers_with_statistics"},
-    "05_autotuning": {"correct_pointer_advance_datacenter", "wrong_key_misspelt", "wrong_not_autotuned",
-                      "wrong_configs_from_a_function"},
-    "06_fused_attention": {"correct_single_loop", "wrong_no_rescale", "wrong_unmasked_key_load",
-                           "wrong_wrapper_calls_sdpa"},
-}
 # TRITONCOURSE_GRADING_FIXTURES=name,name grades only those fixtures (and the six standard learners): a GPU run
 # with little device time picks the submissions that matter; =all grades every fixture; unset, NBGRADER_FIXTURES.
 _ONLY = os.environ.get("TRITONCOURSE_GRADING_FIXTURES", "")

@@ -1,4 +1,5 @@
-"""Every wrong and correct kernel of tests/submissions/ judged as grading judges it, without nbgrader.
+"""Every wrong and correct kernel of tests/submissions/ judged as grading judges it, without nbgrader (those that
+tests/test_grading.py grades through real nbgrader, NBGRADER_FIXTURES, are judged there instead).
 
 The bottom of the test pyramid (tests/README.md): for each fixture, every ``%%kernel_test`` cell of the source
 notebook (hidden cases included) runs through the grader's own path, :func:`isolated.run_cell`: the judge
@@ -16,7 +17,7 @@ import nbformat
 import pytest
 
 from conftest import DEVICE
-from course import ROOT, SUBMISSIONS, fixtures
+from course import NBGRADER_FIXTURES, ROOT, SUBMISSIONS, fixtures
 from tritoncourse.grading import sandbox
 from tritoncourse.grading.isolated import _Zygote, is_kernel_test, run_cell
 from tritoncourse.grading.source import kernels_from_notebook
@@ -84,8 +85,10 @@ def judged():
 
 
 def _params():
+    """Every fixture but those test_grading grades through real nbgrader (the same verdicts, asked of nbgrader's
+    gradebook and feedback there), unless TRITONCOURSE_VERDICT_FIXTURES names them."""
     return [pytest.param(a, fx, id=f"{a}/{fx.name}") for a in ASSIGNMENTS for fx in fixtures(a)
-            if not ONLY or fx.name in ONLY]
+            if (fx.name in ONLY if ONLY else fx.name not in NBGRADER_FIXTURES.get(a, set()))]
 
 
 @pytest.mark.parametrize("assignment,fixture", _params())
