@@ -213,10 +213,6 @@ class _Zygote:
                 return reply["exit"]
             return "lost" if "dead" in self.replies else None
 
-    def wait_change(self, seconds: float) -> None:
-        with self.changed:
-            self.changed.wait(seconds)
-
     def kill(self, rid: str) -> None:
         """Kill the child and its session (in a sandbox only the zygote can: pids are its PID namespace's)."""
         with contextlib.suppress(OSError, ValueError), self.lock:

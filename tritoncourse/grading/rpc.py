@@ -123,6 +123,18 @@ def recv_message(sock: socket.socket) -> tuple[dict, list[bytearray]]:
         raise ProtocolError(f"a message that is not JSON ({err})") from None
 
 
+# ------------------------------------------------------------------------------------------- storages
+def _as_bytes(storage) -> torch.Tensor:
+    """A storage as a flat uint8 tensor over the same memory (on its own device)."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+def _storage_bytes(storage):
+    """A storage's bytes, on the host, as something a socket can send."""
+    data = _as_bytes(storage).detach()
+    return memoryview(data.cpu().numpy()).cast("B") if data.numel() else b""
+
+
 # ------------------------------------------------------------------------------------------- fences
 def _fenced_storage(nbytes: int, side: str):
     f = Fenced(max(nbytes, 1), torch.uint8, side)
@@ -272,8 +284,7 @@ class Channel:
         storage = t.untyped_storage()
         key = storage.data_ptr()
         if key not in storages:
-            data = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage).detach()
-            blobs.append(memoryview(data.cpu().numpy()).cast("B") if data.numel() else b"")
+            blobs.append(_storage_bytes(storage))
             storages[key] = {"index": len(blobs) - 1, "nbytes": storage.nbytes(), "device": t.device.type,
                              "fence": FENCED.get(key), "storage": storage}
         return {"$tensor": {"storage": storages[key]["index"], "offset": t.storage_offset(), "shape": list(t.shape),
@@ -352,7 +363,7 @@ class Channel:
                 storage = torch.empty(len(data), dtype=torch.uint8, device=device).untyped_storage()
             if len(data):
                 host = torch.frombuffer(data, dtype=torch.uint8)
-                torch.empty(0, dtype=torch.uint8, device=device).set_(storage).copy_(host)
+                _as_bytes(storage).copy_(host)
             made[index] = storage
         dtype = getattr(torch, str(spec["dtype"]), None)
         if not isinstance(dtype, torch.dtype):
@@ -423,8 +434,7 @@ class Channel:
                 raise ProtocolError("storages sent back that do not match those sent")
             if info["nbytes"]:
                 storage = info["storage"]
-                torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage).copy_(
-                    torch.frombuffer(blobs[blob_index], dtype=torch.uint8))
+                _as_bytes(storage).copy_(torch.frombuffer(blobs[blob_index], dtype=torch.uint8))
 
     def serve(self) -> None:
         """Handle the peer's requests until it closes the channel."""
@@ -460,8 +470,7 @@ class Channel:
         blobs_back: list = []
         back = {}
         for index, storage in made.items():
-            data = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-            blobs_back.append(memoryview(data.cpu().numpy()).cast("B") if data.numel() else b"")
+            blobs_back.append(_storage_bytes(storage))
             back[str(index)] = len(blobs_back) - 1
         blobs: list = list(blobs_back)
         storages: dict = {}
