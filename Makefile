@@ -18,8 +18,16 @@ FROM ?=
 OUT ?=
 GRADE_FLAGS ?=
 JUPYTER_PORT ?= 8888
+# The Pythons the pinned packages install on (requirements/lock.txt): soupsieve 4.1.2 needs 3.11.5 (numpy 2.3.5,
+# matplotlib 3.11.2, nbgrader 0.9.6 need 3.11), triton 3.6.0 has no wheels past 3.14, networkx 3.6.1 refuses
+# 3.14.1. pyproject.toml's requires-python says the same; tests/test_python_claim.py checks both against the lock.
+PYTHON_MIN := 3.11.5
+PYTHON_BELOW := 3.15
+PYTHON_NOT := 3.14.1
+comma := ,
+PYTHON_FITS := import sys; v = sys.version_info[:3]; sys.exit(not (($(subst .,$(comma),$(PYTHON_MIN))) <= v < ($(subst .,$(comma),$(PYTHON_BELOW))) and v != ($(subst .,$(comma),$(PYTHON_NOT)))))
 
-.PHONY: help venv system-deps lab notebooks test test-fast release check reset submit gpu-check \
+.PHONY: help venv python-check system-deps lab notebooks test test-fast release check reset submit gpu-check \
 	collect grade grades feedback solutions handout
 
 help:
@@ -41,8 +49,7 @@ help:
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements/lock.txt requirements/test.txt requirements/torch-cpu.txt requirements/torch-gpu.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
-		{ echo "Python 3.10 or newer is needed (found $$($(PYTHON) --version))"; exit 1; }
+	@$(MAKE) --no-print-directory python-check
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@echo "Installing torch ($(TORCH_BUILD) build)..."
@@ -55,6 +62,31 @@ $(VENV)/.installed: requirements/lock.txt requirements/test.txt requirements/tor
 	$(PY) -m pip install -q -r requirements/lock.txt -r requirements/test.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
+
+# Before anything is installed: was .venv/, if there, made by a Python the pins install on, and is $(PYTHON) one?
+# If not, the ways out. ($(PYTHON) is looked up with .venv/bin first on PATH.)
+python-check:
+	@if [ -x $(PY) ] && ! $(PY) -c '$(PYTHON_FITS)' 2>/dev/null; then \
+		echo "$(VENV)/ was made with $$($(PY) --version 2>&1), which the pins do not install on (an earlier try?)."; \
+		echo "Remove it, then build it again with a Python that fits: rm -rf $(VENV) && make lab"; \
+		exit 1; \
+	fi
+	@found=$$($(PYTHON) --version 2>&1) || found="no $(PYTHON) on PATH"; \
+	if ! $(PYTHON) -c '$(PYTHON_FITS)' 2>/dev/null; then \
+		echo "Python $(PYTHON_MIN) or newer, older than $(PYTHON_BELOW) and not $(PYTHON_NOT), is needed: the pinned packages"; \
+		echo "(requirements/lock.txt: numpy, matplotlib, nbgrader...) install on nothing older, and triton 3.6.0 has no"; \
+		echo "wheels past 3.14."; \
+		echo "Found: $$found ($(PYTHON)). Any one of these gives you a Python that fits:"; \
+		echo "  conda:     conda env create -f environment.yml && conda activate triton-course"; \
+		echo "             (then docs/CONTAINER.md, 'Without Docker: conda'; or make lab in that environment)"; \
+		echo "  uv:        uv python install 3.11 && make lab PYTHON=\"\$$(uv python find 3.11)\""; \
+		echo "  Ubuntu:    sudo add-apt-repository ppa:deadsnakes/ppa && sudo apt-get install python3.11 python3.11-venv"; \
+		echo "             && make lab PYTHON=python3.11"; \
+		echo "  pyenv:     pyenv install 3.11 && make lab PYTHON=\"\$$(pyenv root)/versions/\$$(pyenv latest 3.11)/bin/python\""; \
+		echo "  Docker:    the course's container (README, 'The course in a container'): nothing else to install"; \
+		echo "A distribution's own python3.11 older than $(PYTHON_MIN) (Debian 12's 3.11.2) does not fit."; \
+		exit 1; \
+	fi
 
 # The learner's workspace: copy released notebooks that are not there yet; never overwrite.
 notebooks:
