@@ -1,0 +1,336 @@
+"""The course on one Linux machine's JupyterHub: set-up, accounts and start (docs/JUPYTERHUB.md).
+
+Run as root with any Python 3.10+ (standard library only):
+
+    python3 hub/tritonhub.py setup [--venv DIR] [--instructor NAME] ...   # idempotent
+    python3 hub/tritonhub.py users ROSTER.csv                              # learners' Unix accounts
+    python3 hub/tritonhub.py remove-users ROSTER.csv                       # only accounts of the learners' group
+    python3 hub/tritonhub.py start                                         # JupyterHub on 127.0.0.1
+
+What set-up makes (each step skipped when already there):
+- the hub's virtual environment (``--venv``): the course's pinned requirements, requirements/hub.txt and the
+  ``tritoncourse`` package installed (not editable), readable by every learner; the learners' kernel;
+- the instructor's Unix account, home 0700, with the course directory ``~/triton-kernels`` copied from this
+  repository's tracked files (nbgrader_config.py, source/, tritoncourse/) and each assignment generated into its
+  gradebook: learners can read none of it;
+- a Unix group for the learners (the hub lets in only its members and the instructor);
+- nbgrader's exchange (``--exchange``, mode 1777: written by everyone, nothing removable by others);
+- Jupyter configuration for two roles (``<state>/etc/{learner,instructor}``, chosen per user at spawn): learners
+  get the Assignment List and Validate, not Formgrader, Create Assignment or the Course List; the instructor's
+  nbgrader configuration loads the course's own nbgrader_config.py, so Formgrader's buttons grade through the
+  course's sandboxed grader;
+- ``<state>/settings.json``, read by hub/jupyterhub_config.py.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import grp
+import hashlib
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HUB = REPO / "hub"
+ASSIGNMENTS = ["01_vector_add", "02_softmax", "03_matmul_relu", "04_benchmarking", "05_autotuning",
+               "06_fused_attention"]
+COURSE_FILES = ["nbgrader_config.py", "source", "tritoncourse", "pyproject.toml"]  # tracked paths copied
+# A Unix user name that is also a valid learner id of the course (docs/INSTRUCTORS.md: no double underscore).
+USER_ID = re.compile(r"^[a-z][a-z0-9-]*(?:_[a-z0-9-]+)*$")
+# nbgrader's lab plugins and server extensions a learner does not get (docker/Dockerfile turns off more: there
+# is no exchange in the learner's container).
+LEARNER_LAB_OFF = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                   "@jupyter/nbgrader:course-list"]
+LEARNER_SERVER_OFF = ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"]
+
+
+@dataclass
+class Settings:
+    venv: str = "/opt/tritonhub/venv"
+    state: str = "/srv/tritonhub"  # the hub's database, cookie secret, logs, role configuration (root only)
+    exchange: str = "/srv/nbgrader/exchange"
+    instructor: str = "instructor"
+    learners_group: str = "tritoncourse-learners"
+    course_id: str = "triton-kernels"
+    port: int = 8000  # the proxy's public port, on 127.0.0.1 only
+    hub_port: int = 8081  # the hub's own API, 127.0.0.1
+    proxy_api_port: int = 8001  # configurable-http-proxy's REST API, 127.0.0.1
+    chp: str = ""  # configurable-http-proxy's path
+    assignments: list = field(default_factory=lambda: list(ASSIGNMENTS))
+    cpu: bool = True  # no GPU: Triton's interpreter in every learner's kernel
+    build_venv: bool = True  # False: ``venv`` is an existing environment with the course and requirements/hub.txt
+
+    @property
+    def course_dir(self) -> Path:
+        return Path(pwd.getpwnam(self.instructor).pw_dir) / self.course_id
+
+    @classmethod
+    def load(cls, state: str) -> "Settings":
+        path = Path(state) / "settings.json"
+        if not path.exists():
+            sys.exit(f"{path} is missing: run `python3 hub/tritonhub.py setup` (make hub) first")
+        return cls(**json.loads(path.read_text()))
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def as_user(user: str, cmd: list[str], settings: Settings, cwd: Path | None = None, **kw):
+    """``cmd`` as ``user`` (uid, gid and groups), with the hub venv first on PATH and the user's HOME."""
+    pw = pwd.getpwnam(user)
+    env = {"PATH": f"{settings.venv}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": pw.pw_dir, "USER": user,
+           "LANG": "C.UTF-8", "JUPYTER_CONFIG_PATH": str(role_dir(settings, role(user, settings)))}
+    return subprocess.run(cmd, user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], cwd=cwd or pw.pw_dir, env=env,
+                          check=kw.pop("check", True), **kw)
+
+
+def role(user: str, settings: Settings) -> str:
+    return "instructor" if user == settings.instructor else "learner"
+
+
+def role_dir(settings: Settings, name: str) -> Path:
+    return Path(settings.state) / "etc" / name
+
+
+# ---------------------------------------------------------------------------------------------------- set-up
+
+def build_venv(settings: Settings) -> None:
+    """The learners' and instructor's environment: built once per content of the requirement files."""
+    venv = Path(settings.venv)
+    reqs = ["requirements/lock.txt", "requirements/hub.txt",
+            "requirements/torch-cpu.txt" if settings.cpu else "requirements/torch-gpu.txt"]
+    digest = hashlib.sha256(b"".join((REPO / r).read_bytes() for r in reqs + ["pyproject.toml"])).hexdigest()
+    stamp = venv / ".tritonhub-installed"
+    if stamp.exists() and stamp.read_text().strip() == digest:
+        return
+    print(f"tritonhub: building {venv} (the course's requirements, requirements/hub.txt, tritoncourse)")
+    if not (venv / "bin" / "python").exists():
+        run([sys.executable, "-m", "venv", str(venv)])
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    run(pip + [f"-r{REPO / r}" for r in reqs])
+    run(pip + ["--no-deps", str(REPO)])  # the package learners import; not editable: no path into this repository
+    stamp.write_text(digest + "\n")
+
+
+def ensure_group(name: str) -> None:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        run(["groupadd", name])
+
+
+def user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def add_account(name: str, groups: list[str], password: str | None) -> bool:
+    """A Unix account with a private home (0700); returns True when it was made now."""
+    made = False
+    if not user_exists(name):
+        run(["useradd", "--create-home", "--shell", "/bin/bash", "--user-group"]
+            + (["--groups", ",".join(groups)] if groups else []) + [name])
+        made = True
+    home = Path(pwd.getpwnam(name).pw_dir)
+    home.chmod(0o700)
+    if password:
+        run(["chpasswd"], input=f"{name}:{password}\n", text=True)
+    return made
+
+
+def copy_course(settings: Settings) -> None:
+    """The instructor's course directory: this repository's tracked course files, owned by the instructor."""
+    course = settings.course_dir
+    if course.exists():
+        print(f"tritonhub: {course} exists; left as it is")
+        return
+    tracked = run(["git", "-C", str(REPO), "ls-files", "-z", "--", *COURSE_FILES], capture_output=True).stdout
+    for rel in filter(None, tracked.decode().split("\0")):
+        src, dst = REPO / rel, course / rel
+        if src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    pw = pwd.getpwnam(settings.instructor)
+    for path in [course, *course.rglob("*")]:
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+    print(f"tritonhub: course directory {course}")
+
+
+def write_role_configs(settings: Settings) -> None:
+    """Per-role Jupyter configuration (JUPYTER_CONFIG_PATH of each spawned server; hub/jupyterhub_config.py)."""
+    exchange = (f"c.Exchange.root = {settings.exchange!r}\n"
+                f"c.CourseDirectory.course_id = {settings.course_id!r}\n")
+    learner = role_dir(settings, "learner")
+    (learner / "labconfig").mkdir(parents=True, exist_ok=True)
+    (learner / "labconfig" / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {n: True for n in LEARNER_LAB_OFF},
+         "lockedExtensions": {n: True for n in LEARNER_LAB_OFF}}, indent=1))
+    (learner / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"jpserver_extensions": {n: False for n in LEARNER_SERVER_OFF}}}, indent=1))
+    (learner / "nbgrader_config.py").write_text(
+        "# The learner's nbgrader: the course's exchange; Validate runs each kernel test in a fresh process\n"
+        "c = get_config()  # noqa: F821\n" + exchange + "c.Execute.timeout = 300\n")
+    instructor = role_dir(settings, "instructor")
+    instructor.mkdir(parents=True, exist_ok=True)
+    course = settings.course_dir
+    (instructor / "nbgrader_config.py").write_text(
+        "# The instructor's nbgrader (Formgrader and the terminal): the course directory and the course's own\n"
+        "# configuration, whose grading steps run every notebook in the grading sandbox with out-of-kernel verdicts.\n"
+        "c = get_config()  # noqa: F821\n"
+        f"c.CourseDirectory.root = {str(course)!r}\n"
+        f"load_subconfig({str(course / 'nbgrader_config.py')!r})  # noqa: F821\n" + exchange)
+    for path in [role_dir(settings, "."), learner, instructor, *learner.rglob("*"), *instructor.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def setup(settings: Settings) -> None:
+    if os.geteuid() != 0:
+        sys.exit("tritonhub setup runs as root (it makes Unix accounts and spawns servers as them)")
+    settings.chp = settings.chp or shutil.which("configurable-http-proxy") or ""
+    if not settings.chp:
+        sys.exit("configurable-http-proxy is missing: `bash tools/system-deps.sh hub` installs it (npm)")
+    state = Path(settings.state)
+    state.mkdir(parents=True, exist_ok=True)
+    state.chmod(0o711)  # the role configuration below it is read by the users' servers; nothing is listable
+    if settings.build_venv:
+        build_venv(settings)
+    elif not (Path(settings.venv) / "bin" / "jupyterhub-singleuser").exists():
+        sys.exit(f"{settings.venv} has no jupyterhub-singleuser: pip install -r requirements/hub.txt into it")
+    ensure_group(settings.learners_group)
+    password = None
+    if not user_exists(settings.instructor):
+        password = secrets.token_urlsafe(12)
+        (state / "instructor-password").write_text(password + "\n")
+        (state / "instructor-password").chmod(0o600)
+        print(f"tritonhub: instructor account {settings.instructor!r}, password in {state / 'instructor-password'}")
+    add_account(settings.instructor, [], password)
+    exchange = Path(settings.exchange)
+    exchange.mkdir(parents=True, exist_ok=True)
+    exchange.chmod(0o1777)  # nbgrader: writable by all; sticky: nobody removes another's course folder
+    write_role_configs(settings)
+    copy_course(settings)
+    release = settings.course_dir / "release"
+    for assignment in settings.assignments:
+        if not (release / assignment).exists():
+            as_user(settings.instructor, ["nbgrader", "generate_assignment", assignment, "--log-level=WARN"],
+                    settings, cwd=settings.course_dir)
+    (state / "settings.json").write_text(json.dumps(asdict(settings), indent=1))
+    (state / "settings.json").chmod(0o600)
+    print(f"tritonhub: set up; start with `python3 hub/tritonhub.py start --state {state}` (make hub)")
+
+
+# ---------------------------------------------------------------------------------------------------- accounts
+
+def read_roster(path: Path) -> list[dict]:
+    """Rows of a CSV with an ``id`` column (and optional first_name, last_name, email, password)."""
+    with open(path, newline="") as f:
+        rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in csv.DictReader(f)]
+    bad = [r.get("id", "") for r in rows if not USER_ID.match(r.get("id", "")) or len(r.get("id", "")) > 32]
+    if bad:
+        sys.exit(f"{path}: ids must be Unix user names and learner ids (a-z first, then a-z 0-9 - and single "
+                 f"underscores, 32 at most): {bad}")
+    return rows
+
+
+def add_users(settings: Settings, roster: Path) -> None:
+    """Each learner of ``roster``: a Unix account in the learners' group (home 0700), a password (the roster's, or
+    a new one written to <state>/passwords.csv, root only), and a student of the course's gradebook."""
+    if os.geteuid() != 0:
+        sys.exit("tritonhub users runs as root")
+    made_passwords = []
+    for row in read_roster(roster):
+        name = row["id"]
+        if user_exists(name) and settings.learners_group not in groups_of(name):
+            sys.exit(f"{name} is an existing account outside {settings.learners_group}: not taken over")
+        password = row.get("password") or None
+        if not user_exists(name) and not password:
+            password = secrets.token_urlsafe(9)
+            made_passwords.append((name, password))
+        made = add_account(name, [settings.learners_group], password)
+        as_user(settings.instructor, ["nbgrader", "db", "student", "add", name, f"--first-name={row.get('first_name', '')}",
+                                      f"--last-name={row.get('last_name', '')}", f"--email={row.get('email', '')}",
+                                      "--log-level=WARN"], settings, cwd=settings.course_dir)
+        print(f"tritonhub: {'added' if made else 'updated'} {name}")
+    if made_passwords:
+        out = Path(settings.state) / "passwords.csv"
+        with open(out, "a", newline="") as f:
+            csv.writer(f).writerows(made_passwords)
+        out.chmod(0o600)
+        print(f"tritonhub: new passwords appended to {out} (root only)")
+
+
+def groups_of(name: str) -> set[str]:
+    pw = pwd.getpwnam(name)
+    return {g.gr_name for g in grp.getgrall() if name in g.gr_mem} | {grp.getgrgid(pw.pw_gid).gr_name}
+
+
+def remove_users(settings: Settings, roster: Path) -> None:
+    """Delete the accounts (and homes) of ``roster`` that are in the learners' group; never any other."""
+    for row in read_roster(roster):
+        name = row["id"]
+        if not user_exists(name):
+            continue
+        if settings.learners_group not in groups_of(name):
+            print(f"tritonhub: {name} is not in {settings.learners_group}: left alone", file=sys.stderr)
+            continue
+        subprocess.run(["pkill", "-KILL", "-u", name], check=False)  # that user's processes only
+        run(["userdel", "--remove", name], stderr=subprocess.DEVNULL)
+        print(f"tritonhub: removed {name}")
+
+
+# ---------------------------------------------------------------------------------------------------- start
+
+def start_command(settings: Settings) -> tuple[list[str], dict]:
+    env = dict(os.environ, TRITONHUB_SETTINGS=str(Path(settings.state) / "settings.json"),
+               PATH=f"{settings.venv}/bin:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    return [f"{settings.venv}/bin/jupyterhub", "-f", str(HUB / "jupyterhub_config.py")], env
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("command", choices=["setup", "users", "remove-users", "start"])
+    p.add_argument("roster", nargs="?", type=Path)
+    p.add_argument("--state", default=Settings.state)
+    defaults = Settings()
+    for name in ("venv", "exchange", "instructor", "learners_group", "course_id", "chp"):
+        p.add_argument(f"--{name.replace('_', '-')}", default=getattr(defaults, name))
+    for name in ("port", "hub_port", "proxy_api_port"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
+    p.add_argument("--assignments", nargs="*", default=ASSIGNMENTS)
+    p.add_argument("--existing-venv", action="store_true",
+                   help="use --venv as it is (it holds the course's requirements and requirements/hub.txt)")
+    p.add_argument("--gpu", action="store_true", help="torch's CUDA build, no interpreter (default: nvidia-smi)")
+    a = p.parse_args(argv)
+    if a.command == "setup":
+        gpu = a.gpu or bool(shutil.which("nvidia-smi")
+                            and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0)
+        setup(Settings(venv=a.venv, state=a.state, exchange=a.exchange, instructor=a.instructor,
+                       learners_group=a.learners_group, course_id=a.course_id, port=a.port, hub_port=a.hub_port,
+                       proxy_api_port=a.proxy_api_port, chp=a.chp, assignments=a.assignments, cpu=not gpu,
+                       build_venv=not a.existing_venv))
+        return
+    settings = Settings.load(a.state)
+    if a.command in ("users", "remove-users"):
+        if a.roster is None:
+            sys.exit(f"usage: tritonhub.py {a.command} ROSTER.csv")
+        (add_users if a.command == "users" else remove_users)(settings, a.roster)
+    else:
+        cmd, env = start_command(settings)
+        os.chdir(settings.state)
+        os.execvpe(cmd[0], cmd, env)
+
+
+if __name__ == "__main__":
+    main()
