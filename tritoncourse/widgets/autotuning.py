@@ -73,7 +73,7 @@ def draw_waves(size: int = 1536, tile: int = 128, programs_per_sm: int = 1, gpu:
     return fig
 
 
-def waves_widget(size: int = 1536, tile: int = 128):
+def waves_widget(size: int = 1536, tile: int = 128, programs_per_sm: int = 1):
     """Sliders for the problem size, the tile, programs per SM and the GPU, redrawing :func:`draw_waves`
     (headless: drawn once)."""
 
@@ -81,11 +81,11 @@ def waves_widget(size: int = 1536, tile: int = 128):
         draw_waves(size, tile, programs_per_sm, gpu)
         plt.show()
 
-    defaults = dict(size=size, tile=tile, programs_per_sm=1, gpu="H100 SXM / H200")
+    defaults = dict(size=size, tile=tile, programs_per_sm=programs_per_sm, gpu="H100 SXM / H200")
     return interactive(show, defaults, lambda widgets: dict(
         size=widgets.IntSlider(value=size, min=256, max=8192, step=128, description="M = N"),
         tile=widgets.Dropdown(options=list(TILES), value=tile, description="tile"),
-        programs_per_sm=widgets.IntSlider(value=1, min=1, max=8, description="per SM"),
+        programs_per_sm=widgets.IntSlider(value=programs_per_sm, min=1, max=8, description="per SM"),
         gpu=widgets.Dropdown(options=list(GPUS), value="H100 SXM / H200", description="GPU"),
     ))
 

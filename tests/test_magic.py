@@ -1,0 +1,98 @@
+"""The learner's %%kernel_test in the notebook takes what the grader takes, and an unfilled stub reads the same
+on the CPU and on a GPU (issue 29's traps)."""
+from __future__ import annotations
+
+import ast
+
+import nbformat
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from triton import CompilationError
+
+from tritoncourse.checks import explain_launch_error
+from tritoncourse.learner import magic
+
+SOLUTION = "@triton.jit\ndef triton_k_kernel(x_ptr, n):\n    tl.store(x_ptr, 1.0)\n"
+SCRATCH = "@triton.jit\ndef triton_k_kernel(x_ptr, n):\n    tl.store(x_ptr, 2.0)\n"
+STUB = "@triton.jit\ndef triton_k_kernel(x_ptr, n):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
+
+
+@pytest.fixture
+def release(tmp_path):
+    """A released notebook: a solution cell `k-cell` (grade_id k_kernel) and a scratch cell."""
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(STUB, id="k-cell", metadata={"nbgrader": {"solution": True, "grade": False,
+                                                                          "grade_id": "k_kernel"}}),
+        nbformat.v4.new_code_cell("", id="scratch"),
+        nbformat.v4.new_code_cell("%%kernel_test\ntriton_k_kernel", id="test-k")])
+    (tmp_path / "01_k").mkdir()
+    nbformat.write(nb, tmp_path / "01_k" / "01_k.ipynb")
+    return tmp_path
+
+
+def test_a_kernel_redefined_in_a_scratch_cell_is_tested_from_its_solution_cell_with_a_warning(release):
+    """A fix made in a scratch cell is not what the grader takes: the notebook's test takes the solution cell's
+    definition too, and says so loudly."""
+    kernels, _, warnings = magic.kernels_as_graded(["", SOLUTION, SCRATCH], {1: "k-cell", 2: "scratch"}, release)
+    assert "1.0" in kernels["triton_k_kernel"].source and kernels["triton_k_kernel"].cell == "k_kernel"
+    assert "solution cell `k_kernel`" in warnings["triton_k_kernel"], warnings
+
+
+def test_the_solution_cell_run_last_gives_no_warning(release):
+    kernels, _, warnings = magic.kernels_as_graded(["", SCRATCH, SOLUTION], {1: "scratch", 2: "k-cell"}, release)
+    assert "1.0" in kernels["triton_k_kernel"].source and warnings == {}
+
+
+def test_a_kernel_run_only_from_a_scratch_cell_is_flagged(release):
+    kernels, _, warnings = magic.kernels_as_graded(["", SCRATCH], {1: "scratch"}, release)
+    assert "not its solution cell" in warnings["triton_k_kernel"]
+
+
+def test_without_cell_ids_the_last_definition_wins_as_before(release):
+    kernels, _, warnings = magic.kernels_as_graded(["", SOLUTION, SCRATCH], {}, release)
+    assert "2.0" in kernels["triton_k_kernel"].source and warnings == {}
+
+
+def test_the_shell_records_which_cell_each_input_came_from():
+    ip = InteractiveShell.instance()
+    magic.register(ip)
+    ip.run_cell("x_recorded = 1", store_history=True, cell_id="the-cell")
+    index = ip.history_manager.input_hist_raw.index("x_recorded = 1")
+    assert magic._CELL_IDS[index] == "the-cell"
+
+
+def _compile_error_of_the_stub() -> CompilationError:
+    """What Triton's compiler raises on a GPU for an unfilled stub (built here, on the CPU)."""
+    node = next(n for n in ast.walk(ast.parse(STUB)) if isinstance(n, ast.Raise))
+    return CompilationError(STUB, node, "unsupported AST node type: Raise")
+
+
+def _cpu_error_of_the_stub() -> NotImplementedError:
+    namespace = {}
+    exec(compile("def triton_k_kernel(x_ptr, n):\n    raise NotImplementedError()\n", "<ipython-input-1>", "exec"),
+         namespace)
+    try:
+        namespace["triton_k_kernel"](None, 1)
+    except NotImplementedError as err:
+        return err
+
+
+def test_an_unfilled_stub_reads_the_same_on_the_cpu_and_on_a_gpu():
+    ip = InteractiveShell.instance()
+    cpu, gpu = _cpu_error_of_the_stub(), _compile_error_of_the_stub()
+    shown = [magic._stub_handler(ip, type(e), e, e.__traceback__) for e in (cpu, gpu)]
+    assert shown[0] == shown[1] == ["\x1b[0;31m" + magic.not_written_message("triton_k_kernel") + "\x1b[0m"]
+    assert "not written yet" in shown[0][0]
+
+
+def test_other_errors_keep_their_traceback():
+    """torch's own NotImplementedError (an unsupported op) and other compile errors are not a stub."""
+    assert magic.stub_name(NotImplementedError("aten::foo is not implemented for 'CUDA'")) is None
+    node = ast.parse("x = 1").body[0]
+    assert magic.stub_name(CompilationError("def f():\n    x = 1\n", node, "unsupported AST node type: While")) is None
+
+
+def test_the_checks_say_not_written_for_the_gpus_compile_error():
+    message = str(explain_launch_error(_compile_error_of_the_stub(), "triton_k_kernel", "triton_k_kernel(x_ptr, n)",
+                                       "n = 1"))
+    assert "not written yet" in message, message
