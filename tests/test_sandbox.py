@@ -376,9 +376,9 @@ def test_processes_are_gone_when_the_first_ends_or_the_sandbox_closes(box):
 
 def kernel_bounds_expected() -> bool:
     """As root, unless the instructor turned them off, a sandbox here gets a cgroup and a tmpfs (the course's CPU
-    machines: cgroup v1). Not with the NVIDIA devices on a cgroup v2 machine whose grader is not at the hierarchy's
-    root (the GPU machines): a sibling group's device rules may not give the GPU (CUDA error 304 was seen there), so
-    such a sandbox has no cgroup and says so."""
+    machines: cgroup v1; its GPU machines: cgroup v2, the grader's own group nested, memory only). Not with the
+    NVIDIA devices where only a sibling group could be had: a sibling's device rules may not give the GPU, so such
+    a sandbox has no cgroup and says so."""
     if sandbox._gpu_devices() and not sandbox._cgroup_plan(allow_sibling=False)[0]:
         return False
     return os.geteuid() == 0 and all(os.environ.get(name, "").lower() != "off"
@@ -577,9 +577,10 @@ def test_cgroup_v2_plan_and_files_on_a_fake_hierarchy(tmp_path):
         (folder / "cgroup.controllers").write_text(available + "\n")
         (folder / "cgroup.subtree_control").write_text(enabled + "\n")
     mountinfo = f"41 31 0:38 / {fake} rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
-    plan, why = sandbox._cgroup_plan({}, mountinfo, "0::/grader\n")
+    plan, why = sandbox._cgroup_plan({}, mountinfo, "0::/grader\n", may_nest=False)
     assert plan == {"memory": (2, fake)} and "pids" in why, (plan, why)
-    plan, why = sandbox._cgroup_plan({sandbox.CGROUP_ENV: str(fake / "deleg")}, mountinfo, "0::/grader\n")
+    plan, why = sandbox._cgroup_plan({sandbox.CGROUP_ENV: str(fake / "deleg")}, mountinfo, "0::/grader\n",
+                                     may_nest=False)
     assert plan == {"memory": (2, fake / "deleg"), "pids": (2, fake / "deleg")} and why == "", (plan, why)
     assert sandbox._cgroup_plan({sandbox.CGROUP_ENV: "off"}, mountinfo, "0::/grader\n")[0] == {}
 
@@ -596,6 +597,33 @@ def test_cgroup_v2_plan_and_files_on_a_fake_hierarchy(tmp_path):
     refused = subprocess.run(["sh", "-c", sandbox._LAUNCHER, "launcher", "1", str(tmp_path / "none" / "cgroup.procs"),
                               "echo", "LEARNER CODE RAN"], capture_output=True, text=True, timeout=30)
     assert refused.returncode == 125 and "LEARNER" not in refused.stdout, refused
+
+def test_the_graders_own_cgroup2_group_is_nested_not_a_systemd_unit(tmp_path):
+    """On a cgroup v2 machine whose grader is in a group that holds processes (the course's GPU machines), the
+    grader moves the group's processes into a leaf and enables the controllers there, so the sandboxes become its
+    children (its device rules: the GPU stays reachable, run on an H200 in docs/GPU-RUNS.md). A fake tree: the
+    moves and the writes, and a systemd unit left alone."""
+    fake = tmp_path / "cgroup2"
+    for name in ("grader", "session-1.scope"):
+        (fake / name).mkdir(parents=True)
+        (fake / name / "cgroup.controllers").write_text("memory pids\n")
+        (fake / name / "cgroup.subtree_control").write_text("\n")
+        (fake / name / "cgroup.procs").write_text("101\n102\n")
+    assert not sandbox._nest(fake / "grader", attempts=1)  # a regular file does not enable anything
+    leaf = fake / "grader" / sandbox.NEST_LEAF
+    assert (leaf / "cgroup.procs").read_text() == "102", "every process of the group is moved into the leaf"
+    assert (fake / "grader" / "cgroup.subtree_control").read_text() == "+pids"  # each controller written in turn
+    assert not sandbox._nest(fake / "session-1.scope", attempts=1)
+    assert not (fake / "session-1.scope" / sandbox.NEST_LEAF).exists(), "a systemd unit is never reorganised"
+    (fake / "grader" / "cgroup.subtree_control").write_text("memory pids\n")
+    assert sandbox._nest(fake / "grader"), "already enabled: nothing to do"
+    for name in ("cgroup.controllers", "cgroup.subtree_control"):
+        (leaf / name).write_text("memory pids\n")
+    mountinfo = f"41 31 0:38 / {fake} rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
+    plan, why = sandbox._cgroup_plan({}, mountinfo, f"0::/grader/{sandbox.NEST_LEAF}\n", may_nest=True)
+    assert plan == {"memory": (2, fake / "grader"), "pids": (2, fake / "grader")} and why == "", (plan, why)
+    assert not (leaf / sandbox.NEST_LEAF).exists(), "a grader in the leaf never nests again"
+
 
 def test_a_correct_program_runs_within_the_limits(box):
     """Threads, a child process, small files in /tmp and in the shared folder, 100 MB of memory, and a Unix socket

@@ -5,7 +5,7 @@
 # phase, sandboxed, compute-sanitizer on), v01..v06 (tests/test_verdicts.py -k the phase: every fixture through the
 # judge and the sandboxed runner, compute-sanitizer on, no nbgrader), ref (every source notebook's kernel tests,
 # hidden cases included, through `python -m tritoncourse check`: judge and runner unsandboxed), dist (tests/test_distributed.py -k gpu), hog (the hostile memory hog, both
-# graders), ln (phase 6 LayerNorm re-recorded, on an H200 only). FIXTURES overrides the fixtures graded, SHARDS (3) the
+# graders), cg (the sandbox's own tests and the memfd/tmpfs hogs under both graders: its cgroup on this machine), ln (phase 6 LayerNorm re-recorded, on an H200 only). FIXTURES overrides the fixtures graded, SHARDS (3) the
 # course copies a phase is split over; TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners.
 # usage: bash tools/device-queue.sh BUDGET suite...   e.g. PAR=3 bash tools/device-queue.sh 560 g04 g05 g06 dist
 set -u
@@ -34,6 +34,10 @@ start() {
     v0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_verdicts.py -k ${PH[g${s#v}]} > $L/$s.log 2>&1 ;;
     ref) for p in 01_vector_add 02_softmax 03_matmul_relu 04_benchmarking 05_autotuning 06_fused_attention; do
            timeout -s INT -k 15 $t python3 -m tritoncourse check source/$p/$p.ipynb; done > $L/$s.log 2>&1 ;;
+    cg) { timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_sandbox.py -k "not hostile and not learners_before \
+            and not course_tree and not forged and not nothing_is_left and not ends_in_time and not refuses"
+          TRITONCOURSE_HOSTILE_FIXTURES=hostile_memfd_hog,hostile_tmpfs_hog timeout -s INT -k 15 $(left) python3 -m pytest -v -rA \
+            -p no:cacheprovider tests/test_sandbox.py -k "hostile_learner_loses or learners_before or nothing_is_left"; } > $L/$s.log 2>&1 ;;
     dist) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider -s tests/test_distributed.py -k gpu > $L/$s.log 2>&1 ;;
     hog) TRITONCOURSE_HOSTILE_FIXTURES=hostile_memory_hog timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider \
       tests/test_sandbox.py -k "memory_hog or learners_before or course_tree or forged or nothing_is_left or ends_in_time" > $L/$s.log 2>&1 ;;

@@ -231,8 +231,8 @@ class Sandbox:
         self._cg: _Cgroups | None = None
         if self.gpu is None:
             self.gpu = bool(_gpu_devices())
-        # On a GPU no sibling cgroup: its device rules are the parent's, which may not give the NVIDIA devices
-        # (seen on the course's GPU machines: CUDA failed with error 304 in such a cgroup).
+        # On a GPU no sibling cgroup: its device rules are the parent's, which may not give the NVIDIA devices. A
+        # child of the grader's own group (nested, see _nest) has the grader's rules: CUDA starts there (H200, v2).
         plan, why = _cgroup_plan(allow_sibling=not self.gpu)
         _sweep_stale(self.root.parent)
         if plan:  # named as the scratch folder, whose owner.json lists them (for _sweep_stale)
@@ -642,14 +642,51 @@ def _v2_usable(parent: Path, may_enable: bool) -> list[str]:
     return [c for c in wanted if c in enabled]
 
 
+NEST_LEAF = "tritoncourse-grader"  # where _nest moves the processes of the grader's own cgroup2 group
+SYSTEMD_UNITS = (".slice", ".scope", ".service")  # groups systemd owns: never reorganised by the grader
+
+
+def _nest(group: Path, attempts: int = 5) -> bool:
+    """Let the grader's own cgroup2 ``group`` give its children the memory and pids controllers, as a container's
+    init does for nested containers: move every process of the group into a leaf child (``NEST_LEAF``), then
+    enable the controllers in the emptied group. The sandboxes' groups are then children of the grader's own,
+    under its limits and its device rules (a GPU stays reachable: seen on the course's H200, docs/GPU-RUNS.md).
+    Done only where the group has controllers it does not give yet, holds processes, and is not a systemd unit
+    (systemd is the single writer of its own groups: there, name a delegated folder in TRITONCOURSE_SANDBOX_CGROUP).
+    True when the controllers are enabled afterwards."""
+    try:
+        available = set((group / "cgroup.controllers").read_text().split())
+        enabled = set((group / "cgroup.subtree_control").read_text().split())
+    except OSError:
+        return False
+    wanted = [c for c in WANTED if c in available and c not in enabled]
+    if not wanted or group.name.endswith(SYSTEMD_UNITS) or not os.access(group, os.W_OK):
+        return not wanted
+    leaf = group / NEST_LEAF
+    for _ in range(attempts):  # a process forked meanwhile lands in the group again: move it and retry
+        with contextlib.suppress(OSError):
+            leaf.mkdir(exist_ok=True)
+            for pid in (group / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):  # gone meanwhile, or a kernel thread
+                    (leaf / "cgroup.procs").write_text(pid)
+        for c in wanted:
+            with contextlib.suppress(OSError):
+                (group / "cgroup.subtree_control").write_text(f"+{c}")
+        with contextlib.suppress(OSError):
+            if not set(wanted) - set((group / "cgroup.subtree_control").read_text().split()):
+                return True
+    return False
+
+
 def _cgroup_plan(env=os.environ, mountinfo: str | None = None, cgroup: str | None = None,
-                 allow_sibling: bool = True) -> tuple[dict[str, tuple[int, Path]], str]:
+                 allow_sibling: bool = True, may_nest: bool | None = None) -> tuple[dict[str, tuple[int, Path]], str]:
     """Where a sandbox's cgroups are made: controller -> (cgroup version, parent folder), and why a wanted
     controller has none (empty when both have one).
 
     cgroup v2 first: the folder named by TRITONCOURSE_SANDBOX_CGROUP (the controllers are enabled in it), else the
-    grader's own cgroup (possible only at the hierarchy's root: a cgroup2 folder that holds processes cannot give
-    its children controllers), else its parent (a sibling of the grader's own; as root on a systemd machine, or as
+    grader's own cgroup (at the hierarchy's root; elsewhere, as root, once :func:`_nest` has moved the group's
+    processes into a leaf of their own, since a cgroup2 folder that holds processes cannot give its children
+    controllers), else its parent (a sibling of the grader's own; as root on a systemd machine, or as
     a user inside systemd's delegated user@.service), using only the controllers enabled there already. Then, for a
     controller still missing, cgroup v1: a child of the grader's own cgroup in that controller's hierarchy (v1
     allows it; the grader's own limits then still hold)."""
@@ -664,6 +701,10 @@ def _cgroup_plan(env=os.environ, mountinfo: str | None = None, cgroup: str | Non
         for fstype, point, root, _ in mounts:
             group = _group_dir(point, root, own[""]) if fstype == "cgroup2" else None
             if group is not None and group.is_dir():
+                if group.name == NEST_LEAF:  # nested already (by this grader or an earlier one): the group above
+                    group = group.parent
+                elif group != Path(point) and (may_nest if may_nest is not None else _is_root()):
+                    _nest(group)
                 candidates.append((group, True))
                 if group != Path(point) and allow_sibling:
                     candidates.append((group.parent, False))
