@@ -17,6 +17,9 @@ MAX_REGISTERS_PER_THREAD = 255
 MIN_DOT_BLOCK = 16  # tl.dot on NVIDIA GPUs needs M, N and K of at least 16
 MAX_BLOCK_NUMEL = 2**20  # Triton refuses a block (tensor) of more elements
 FP16_BYTES = 2
+# NVIDIA's datasheet peaks (dense fp16 tensor-core math, memory bandwidth): the one source of the round figures
+# the notebooks' estimates use (a measured roof, phase 4's, is lower).
+DATASHEET = {"H100 SXM": {"fp16_tflops": 990, "memory_tbps": 3.35}, "H200": {"fp16_tflops": 990, "memory_tbps": 4.8}}
 
 
 def matmul_shared_memory(config, itemsize: int = FP16_BYTES) -> int:
