@@ -501,7 +501,7 @@ def test_capstone_runs_and_its_tile_widget_follows(lab):
                 lab.wait_kernel_idle()
                 run_all_cells(page, n_code, 2 * RUN_ALL_TIMEOUT_S)
                 outputs = kernel_test_outputs(page)
-                assert len(outputs) == 16, f"found {len(outputs)} %%kernel_test cells"
+                assert len(outputs) == 17, f"found {len(outputs)} %%kernel_test cells"  # 16 graded, 1 step check
                 widget_cell = page.locator(f"{PANEL} .jp-CodeCell",
                                            has=page.locator(".widget-dropdown", has_text="BLOCK_M"))
                 expect(widget_cell).to_have_count(1, timeout=30_000)
