@@ -7,6 +7,8 @@
 #                          headless (each widget drawn once); the file is not changed (exit code 0: no cell
 #                          raised an error)
 #   reset PHASE            back up notebooks/PHASE.ipynb and restore the released version
+#   submit PHASE STUDENT   check notebooks/PHASE.ipynb, then write submissions/STUDENT__PHASE.ipynb, the file to
+#                          hand in (the same as `make submit PHASE=... STUDENT=...`; --no-check: no tests first)
 #   device                 where kernels run: the GPU (and nvidia-smi) or Triton's interpreter
 #   lab-instructor         JupyterLab on the whole course, for the instructor's image (formgrader)
 #   anything else          run as a command: bash, nvidia-smi, python ..., nbgrader ...
@@ -19,8 +21,8 @@ PYTHON=${PYTHON:-python}
 JUPYTER_PORT=${JUPYTER_PORT:-8888}
 JUPYTER_IP=${JUPYTER_IP:-0.0.0.0}
 
-usage() {
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+usage() {  # the comment at the top of this file
+    sed -n '2,/^[^#]/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
 need_course() {
@@ -152,6 +154,17 @@ case "$command" in
         need_course
         [ $# -eq 1 ] || { usage >&2; exit 2; }
         exec "$PYTHON" -m tritoncourse reset "$(basename "$1" .ipynb)"
+        ;;
+    submit)
+        need_course
+        if [ $# -lt 2 ] || [[ "$2" == -* ]]; then
+            echo "usage: submit PHASE STUDENT [--no-check]   (STUDENT: your learner id, as your instructor gave it)" >&2
+            exit 2
+        fi
+        phase=$(basename "$1" .ipynb)
+        student=$2
+        shift 2
+        exec "$PYTHON" -m tritoncourse submit "$phase" --student "$student" --course "$COURSE_DIR" "$@"
         ;;
     device)
         need_course

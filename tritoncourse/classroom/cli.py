@@ -12,25 +12,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .workflow import default_jobs
+from .executors import default_jobs
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def add_commands(sub) -> None:
-    """The instructor's subcommands (and the learner's submit, which needs only tritoncourse.learner)."""
+    """The instructor's subcommands (the learner's are tritoncourse.learner.cli's)."""
 
     def course_option(p):
         p.add_argument("--course", type=Path, help="the course directory (default: the current directory "
                        "when it holds nbgrader_config.py and source/ or gradebook.db, else this clone)")
-
-    p = sub.add_parser("submit", help="check your notebook and write the file to hand in")
-    course_option(p)
-    p.add_argument("assignment")
-    p.add_argument("--student", required=True, help="your learner id, as your instructor gave it")
-    p.add_argument("--notebook", type=Path, help="default: notebooks/<assignment>.ipynb")
-    p.add_argument("--out", type=Path, help="default: submissions/")
-    p.add_argument("--no-check", action="store_true", help="do not run the tests first")
 
     p = sub.add_parser("collect", help="copy returned notebooks (NAME__ASSIGNMENT.ipynb) into submitted/")
     course_option(p)
@@ -112,11 +104,6 @@ def run_command(args) -> int:
 
     course = Course(_course_root(args.course))
     try:
-        if args.command == "submit":
-            from ..learner.submit import submit
-
-            return submit(args.assignment, args.student, notebook=args.notebook, out=args.out,
-                          run_checks=not args.no_check, root=course.root)
         if args.command == "collect":
             results = collect(course, args.assignment, args.folder, add_students=args.add_students,
                               timestamps=args.timestamps, dry_run=args.dry_run)

@@ -5,15 +5,14 @@ Why Dask (``dask.distributed``): it is the Python ecosystem's general task sched
 (``dask-kubernetes``) or any running scheduler by its address; it reschedules the tasks of a worker that dies,
 matches tasks to worker resources (one GPU each) and shows a dashboard. Nothing here is a scheduler of our own.
 
-What a task is: one learner's one assignment, graded exactly as :meth:`workflow.Grader.run_one` grades it on
-this machine, by plain ``nbgrader autograde ASSIGNMENT --student NAME`` in a private copy of the course with
-this course's configuration (so the grading sandbox, ``grading/sandbox.py``, applies on the worker as here).
-No shared file system is assumed: the task carries the bytes of everything that private copy needs (the
-course's ``nbgrader_config.py``, the assignment's non-notebook files from ``source/``, the learner's submitted
-files and a SQLite gradebook cut down to that learner's rows of that assignment, ``database.learner_copy``);
-the worker grades in a temporary folder and sends back the autograded files, the private gradebook and the
-log. This process (the coordinator) alone writes the real gradebook, through the same :meth:`Grader.merge`
-as local grading, one learner at a time, and records each learner in ``state.json`` only after merging.
+What a task is: one learner's one assignment, graded on a worker (``worker.grade_on_worker``) by the same
+``private.grade_privately`` that grades it on this machine (``Grader.run_one``): plain ``nbgrader autograde
+ASSIGNMENT --student NAME`` in a private copy of the course with this course's configuration (so the grading
+sandbox, ``grading/sandbox.py``, applies on the worker as here). No shared file system is assumed: the task carries
+the bytes of that private copy (``Grader.private_course``, its gradebook cut down to that learner's rows of that
+assignment, ``database.learner_copy``) and brings back the autograded files, the private gradebook and the log.
+This process (the coordinator) alone writes the real gradebook, through the same :meth:`Grader.merge` as local
+grading, one learner at a time, and records each learner in ``state.json`` only after merging.
 
 Faults, and why every learner ends up graded exactly once:
 - a worker killed mid-task (or one that never comes back): the scheduler hands its task to another worker
@@ -31,14 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import importlib.util
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -47,181 +41,19 @@ from concurrent.futures import Future as LocalFuture
 from dataclasses import dataclass
 from pathlib import Path
 
+from .clusters import CLUSTERS, ClusterOptions, local_gpu_cluster_spec, start_cluster, visible_gpus  # noqa: F401
 from .database import learner_copy
-from .workflow import WORKER_CONFIG, GradingStopped, RunResult, Task, _kill_tree, _nbgrader_env
-
-PACKAGE = Path(__file__).resolve().parent.parent  # tritoncourse/
-CLUSTERS = {  # --cluster NAME -> the class that starts it (configured by Dask's configuration files)
-    "local": "distributed.LocalCluster",
-    "slurm": "dask_jobqueue.SLURMCluster",
-    "pbs": "dask_jobqueue.PBSCluster",
-    "sge": "dask_jobqueue.SGECluster",
-    "lsf": "dask_jobqueue.LSFCluster",
-    "htcondor": "dask_jobqueue.HTCondorCluster",
-    "kubernetes": "dask_kubernetes.operator.KubeCluster",
-}
-INSTALL = {"dask_jobqueue": "pip install dask-jobqueue", "dask_kubernetes": "pip install dask-kubernetes"}
-LOG_LIMIT = 4 << 20  # bytes of a worker's nbgrader log sent back (the end of it)
-# Environment variables of the coordinator that a task takes to its worker: the seed that reproduces a grading,
-# and the instructor's explicit opt-out of the grading sandbox (grade --unsandboxed-learners-can-forge-grades).
-SHIPPED_ENV = ("TRITONCOURSE_SEED", "TRITONCOURSE_UNSANDBOXED_GRADING")
+from .executors import GradingStopped
+from .private import lay_out, write_files
+from .tasks import RunResult, Task
+from .worker import SHIPPED_ENV, code_fingerprint, grade_on_worker, kill_gradings, private_of  # noqa: F401
 
 
-# ------------------------------------------------------------------------------------------ what a worker runs
-
-@functools.lru_cache(maxsize=None)
-def code_fingerprint() -> str:
-    """The grading code this process runs: the tritoncourse package's Python files and nbgrader's version. A
-    worker with another version would grade differently, silently: its tasks fail with the reason instead."""
-    import nbgrader
-
-    h = hashlib.sha256(f"nbgrader {nbgrader.__version__}\0".encode())
-    for path in sorted(PACKAGE.rglob("*.py")):
-        h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-# The worker's nbgrader is started through this: it asks Linux to kill it when its parent (the worker) dies, so
-# that a worker killed mid-task leaves no grading behind (the sandbox's processes die with their parent too).
-_DIE_WITH_PARENT = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
-    "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"
-    "os.execv(sys.executable, [sys.executable] + sys.argv[2:])\n")
-
-_RUNNING: dict[str, subprocess.Popen] = {}  # in a worker: task key -> its nbgrader process
-_RUNNING_LOCK = threading.Lock()
-
-
-def _write_files(base: Path, files: dict[str, bytes]) -> None:
-    for name, data in files.items():
-        path = (base / name).resolve()
-        if not path.is_relative_to(base.resolve()):
-            raise ValueError(f"refusing to write {name!r} outside {base}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-
-
-def _read_files(base: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()} \
-        if base.is_dir() else {}
-
-
-def lay_out(work: Path, bundle: dict, course_config: Path) -> None:
-    """The private course folder of one grading, from a task's bytes (what ``Grader.run_one`` copies)."""
-    sub = work / "submitted" / bundle["student"] / bundle["assignment"]
-    sub.mkdir(parents=True)
-    _write_files(sub, bundle["submission"])
-    _write_files(work / "source" / bundle["assignment"], bundle["source"])
-    (work / "gradebook.db").write_bytes(bundle["gradebook"])
-    (work / "nbgrader_config.py").write_text(WORKER_CONFIG.format(config=str(course_config), root=str(work)))
-
-
-def _worker_label() -> str:
-    try:
-        from distributed import get_worker
-
-        w = get_worker()
-    except (ImportError, ValueError):
-        return socket.gethostname()
-    address = w.address.split("://", 1)[-1]
-    return address if str(w.name) == w.address else f"{w.name}@{address}"
-
-
-def _test_workers() -> int:
-    """Kernel-test processes per grading on this worker: its cores shared among the tasks it runs at once."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        cores = os.cpu_count() or 1
-    try:
-        from distributed import get_worker
-
-        slots = get_worker().state.nthreads
-    except (ImportError, ValueError):
-        slots = 1
-    return max(1, cores // max(1, slots))
-
-
-def grade_on_worker(bundle: dict) -> dict:
-    """A Dask task: grade one learner's assignment in a temporary private course; return what came out."""
-    label = _worker_label()
-    if bundle["fingerprint"] != code_fingerprint():
-        raise RuntimeError(f"worker {label} runs other grading code (tritoncourse/nbgrader fingerprint "
-                           f"{code_fingerprint()}, the coordinator's {bundle['fingerprint']}): install the "
-                           "course's version there (same commit, same requirements/lock.txt)")
-    from ..grading import sandbox
-
-    try:  # as on the coordinator: learners' code runs sandboxed, or the instructor opted out loudly
-        sandbox.require(dict(os.environ, **bundle.get("env", {})))
-    except sandbox.SandboxUnavailable as err:
-        raise RuntimeError(f"worker {label} cannot sandbox learners' code: {err}") from None
-    key = bundle["key"]
-    with tempfile.TemporaryDirectory(prefix=f"tritoncourse-{bundle['assignment']}__{bundle['student']}-") as tmp:
-        tmp = Path(tmp)
-        config = tmp / "course" / "nbgrader_config.py"
-        config.parent.mkdir()
-        config.write_bytes(bundle["config"])
-        work = tmp / "work"
-        lay_out(work, bundle, config)
-        argv = [a if not a.startswith("--IsolatedKernelTests.workers=") or bundle["test_workers"]
-                else f"--IsolatedKernelTests.workers={_test_workers()}" for a in bundle["argv"]]
-        cmd = [sys.executable, *argv]
-        if sys.platform.startswith("linux"):
-            cmd = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
-        env = _nbgrader_env()
-        env.pop("PYTHONHASHSEED", None)  # the nanny sets one for its workers; the local grading has none
-        for name in SHIPPED_ENV:  # the coordinator's, not the worker's
-            env.pop(name, None)
-        env.update(bundle["env"])
-        log = tmp / "autograde.log"
-        start = time.monotonic()
-        timed_out = False
-        with open(log, "wb") as fh:
-            fh.write(("$ " + " ".join([sys.executable, *argv]) + "\n").encode())
-            fh.flush()
-            proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=fh,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            with _RUNNING_LOCK:
-                _RUNNING[key] = proc
-            try:
-                proc.wait(timeout=bundle["notebook_timeout"])
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_tree(proc)
-            finally:
-                with _RUNNING_LOCK:
-                    _RUNNING.pop(key, None)
-        seconds = time.monotonic() - start
-        text = log.read_bytes()
-        return {"returncode": proc.returncode, "timed_out": timed_out, "seconds": seconds, "worker": label,
-                "log": text if len(text) <= LOG_LIMIT else b"[... cut ...]\n" + text[-LOG_LIMIT:],
-                "autograded": _read_files(work / "autograded" / bundle["student"] / bundle["assignment"]),
-                "gradebook": (work / "gradebook.db").read_bytes()}
-
-
-def kill_gradings(keys: list[str]) -> int:
-    """Run on every worker (``Client.run``) when the coordinator stops: end these tasks' nbgrader processes."""
-    with _RUNNING_LOCK:
-        procs = [p for k, p in _RUNNING.items() if k in keys]
-    for proc in procs:
-        _kill_tree(proc)
-    return len(procs)
+def _as_bytes(files: dict[str, Path | bytes]) -> dict[str, bytes]:
+    return {name: c if isinstance(c, bytes) else c.read_bytes() for name, c in files.items()}
 
 
 # ------------------------------------------------------------------------------------------ the coordinator
-
-@dataclass
-class ClusterOptions:
-    cluster: str | None = None  # a CLUSTERS name
-    scheduler: str | None = None  # an address (tcp://host:8786) or a scheduler file (JSON)
-    workers: int = 2  # --cluster: workers to start (GPU: at most one per GPU)
-    gpu: bool = False  # each task takes one GPU (worker resource "GPU")
-    test_workers: int | None = None  # kernel-test processes per grading (None: each worker's cores / its tasks)
-    worker_wait: float = 3600.0  # seconds with no worker before grading stops
-    reconnect_wait: float = 600.0  # seconds without the scheduler before grading stops
-    dashboard: str = ":8787"  # --cluster local: where the scheduler serves its dashboard (needs bokeh)
-
 
 @dataclass
 class _Pending:
@@ -235,40 +67,8 @@ class _Pending:
     unpack_seconds: float = 0.0  # laying out its result, here (Dask's callback thread)
 
 
-def visible_gpus() -> list[str]:
-    """GPU indices this machine shows (CUDA_VISIBLE_DEVICES when set, else nvidia-smi's list)."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
-
-
-def local_gpu_cluster_spec(gpus: list[str]) -> dict:
-    """SpecCluster workers for one machine's GPUs: one worker process per GPU, which sees only that GPU and
-    advertises the resource ``GPU=1`` (so it takes one grading at a time)."""
-    from distributed import Nanny
-
-    return {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": 1, "resources": {"GPU": 1}, "name": f"gpu{g}",
-                                                  "env": {"CUDA_VISIBLE_DEVICES": g}}} for g in gpus}
-
-
-def _import(dotted: str):
-    module, _, name = dotted.rpartition(".")
-    try:
-        mod = __import__(module, fromlist=[name])
-    except ImportError as err:
-        top = module.split(".")[0]
-        raise GradingStopped(f"--cluster needs {top}, which is not installed here: {INSTALL.get(top, 'pip install ' + top)}"
-                             f" ({err})") from None
-    return getattr(mod, name)
-
-
 class DaskExecutor:
-    """The Grader's executor (see ``workflow.LocalExecutor``) on a Dask cluster."""
+    """The Grader's executor (see ``executors.LocalExecutor``) on a Dask cluster."""
 
     poll_seconds = 1.0
 
@@ -324,7 +124,7 @@ class DaskExecutor:
             except OSError as err:
                 raise GradingStopped(f"cannot reach the Dask scheduler at {o.scheduler} ({err}).") from None
         else:
-            self.cluster = self._start_cluster()
+            self.cluster = start_cluster(o)
             from distributed import Client
 
             self.client = Client(self.cluster, set_as_default=False)
@@ -339,29 +139,6 @@ class DaskExecutor:
         self.grader._print(f"Dask: scheduler {self.address}, {len(workers)} worker(s) now, "
                            f"{self._count_slots(workers)} grading(s) at a time{dash}")
         return self
-
-    def _start_cluster(self):
-        o = self.options
-        if o.cluster == "local":
-            from distributed import LocalCluster, Scheduler, SpecCluster
-
-            if o.gpu:
-                gpus = visible_gpus()[:max(1, o.workers)]
-                if not gpus:
-                    raise GradingStopped("--gpu: this machine shows no GPU (nvidia-smi -L, CUDA_VISIBLE_DEVICES).")
-                return SpecCluster(workers=local_gpu_cluster_spec(gpus), scheduler={
-                    "cls": Scheduler, "options": {"dashboard_address": o.dashboard}}, name="tritoncourse")
-            return LocalCluster(n_workers=o.workers, threads_per_worker=1, processes=True,
-                                dashboard_address=o.dashboard, name="tritoncourse")
-        if o.cluster not in CLUSTERS:
-            raise GradingStopped(f"--cluster {o.cluster}: unknown; one of {', '.join(CLUSTERS)}.")
-        cls = _import(CLUSTERS[o.cluster])
-        kwargs = {}
-        if o.gpu and o.cluster != "kubernetes":  # dask-jobqueue: each job's worker advertises its one GPU
-            kwargs["worker_extra_args"] = ["--resources", "GPU=1"]
-        cluster = cls(**kwargs)  # cores, memory, queue, account, job_extra_directives: Dask's jobqueue.yaml
-        cluster.scale(o.workers)
-        return cluster
 
     def __exit__(self, *exc) -> None:
         with contextlib.suppress(Exception):
@@ -391,18 +168,14 @@ class DaskExecutor:
 
     # ---- tasks
     def bundle(self, task: Task, template: Path) -> dict:
+        """A task's bytes: what its worker lays out (``private.PrivateCourse``) and how it grades there."""
         g = self.grader
-        source = g.course.source / task.assignment
+        private = g.private_course(task, learner_copy(template, task.assignment, task.student))
         return {
             "key": f"grade-{task.assignment}-{task.student}-{uuid.uuid4().hex[:10]}",
             "assignment": task.assignment, "student": task.student, "attempt": task.attempt,
-            "config": self._config, "fingerprint": code_fingerprint(),
-            "source": {str(p.relative_to(source)): p.read_bytes() for p in sorted(source.rglob("*"))
-                       if p.is_file() and p.suffix != ".ipynb" and ".ipynb_checkpoints" not in p.parts}
-            if source.is_dir() else {},
-            "submission": {name: path if isinstance(path, bytes) else path.read_bytes()
-                           for name, path in task.submission().items()},
-            "gradebook": learner_copy(template, task.assignment, task.student),
+            "config": self._config, "fingerprint": code_fingerprint(), "source": _as_bytes(private.source),
+            "submission": _as_bytes(private.submission), "gradebook": private.gradebook,
             "argv": g.autograde_argv(task, self.options.test_workers or 1),
             "test_workers": self.options.test_workers, "notebook_timeout": g.notebook_timeout,
             "env": {k: os.environ[k] for k in SHIPPED_ENV if k in os.environ},
@@ -473,7 +246,7 @@ class DaskExecutor:
         work = g.work_root / f"{p.task.assignment}__{p.task.student}"
         if work.exists():
             shutil.rmtree(work)
-        lay_out(work, p.bundle, g.course.root / "nbgrader_config.py")
+        lay_out(work, private_of(p.bundle, g.course.root / "nbgrader_config.py"))
         return RunResult(False, 0.0, reason, work, self._log(p.task, reason.encode() + b"\n"))
 
     def _allowed_failures(self) -> int:
@@ -494,22 +267,13 @@ class DaskExecutor:
         work = g.work_root / f"{task.assignment}__{task.student}"
         if work.exists():
             shutil.rmtree(work)
-        autograded = work / "autograded" / task.student / task.assignment
-        autograded.mkdir(parents=True)
-        _write_files(autograded, payload["autograded"])
-        (work / "gradebook.db").write_bytes(payload["gradebook"])
+        write_files(work / "autograded" / task.student / task.assignment, payload["autograded"])
+        write_files(work, {"gradebook.db": payload["gradebook"]})
         log = self._log(task, payload["log"], payload["worker"])
         result = g.outcome(task, work, log, payload["returncode"], payload["seconds"], payload["timed_out"])
         result.worker = payload["worker"]
         if not result.ok:  # keep a private copy that grades again here (state.json's reproduce command)
-            sub = work / "submitted" / task.student / task.assignment
-            for name, path in task.files.items():
-                (sub / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, sub / name)
-            if (g.course.source / task.assignment).exists():
-                shutil.copytree(g.course.source / task.assignment, work / "source" / task.assignment)
-            (work / "nbgrader_config.py").write_text(WORKER_CONFIG.format(
-                config=str(g.course.root / "nbgrader_config.py"), root=str(work)))
+            lay_out(work, g.private_course(task, payload["gradebook"]))
         return result
 
     # ---- health, called by the grading loop every poll_seconds

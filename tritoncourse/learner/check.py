@@ -11,14 +11,14 @@ from pathlib import Path
 
 import nbformat
 
-from ..grading.isolated import run_cell
-from ..grading.source import kernels_from_notebook
-
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def check_notebook(path: Path) -> int:
     """Run every ``%%kernel_test`` cell of a saved notebook in fresh processes; 0 when all pass."""
+    from ..grading.isolated import run_cell  # the test runner, loaded only when tests run (not for reset)
+    from ..grading.source import kernels_from_notebook
+
     try:
         nb = nbformat.read(str(path), as_version=4)
     except FileNotFoundError:
