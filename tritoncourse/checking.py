@@ -14,11 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-# One table of tolerances per dtype: (atol, rtol, why).
-TOLERANCES = {
-    torch.float32: (1e-6, 1e-5, "fp32 results may differ from torch's by rounding order only"),
-    torch.float16: (1e-3, 1e-2, "fp16 keeps about 3 decimal digits; arithmetic is done in fp32 and rounded once"),
-}
+from .tolerances import DEFAULT as TOLERANCES  # compare's defaults by dtype: (atol, rtol, why)
 
 
 class KernelCheckError(AssertionError):

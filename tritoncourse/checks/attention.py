@@ -31,6 +31,7 @@ import triton
 from ..checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
                         generator, stage)
 from ..device import infer_device
+from ..tolerances import ATTENTION_LSE as LSE_TOLERANCE, ROUNDOFF, TF32_ROUNDOFF  # unit roundoffs; LSE's tolerance
 from . import launch, require_triton_kernel
 from .layer_norm import UNWRITTEN
 
@@ -50,17 +51,7 @@ ROW_LETTER = {"Q": "m", "K": "n", "V": "n", "O": "m"}
 DTYPES = (torch.float32, torch.float16)
 MIN_BLOCK = 16  # tl.dot needs 16 along every side on a GPU
 
-# Unit roundoff of each dtype (half an ulp, relative) and why it enters the tolerance.
-ROUNDOFF = {
-    torch.float32: (2.0**-24, "fp32 keeps 24 significant bits"),
-    torch.float16: (2.0**-11, "fp16 keeps 11 significant bits: the output is rounded once to fp16, and so are the "
-                              "probabilities P before the P @ V tl.dot (tensor cores multiply fp16)"),
-    torch.bfloat16: (2.0**-8, "bf16 keeps 8 significant bits: the output is rounded once to bf16, and so are the "
-                              "probabilities P before the P @ V tl.dot (tensor cores multiply bf16)"),
-}
 HALF = (torch.float16, torch.bfloat16)  # P and O are rounded to these; the scores and the sums stay fp32
-TF32_ROUNDOFF = 2.0**-11  # a GPU's tl.dot rounds fp32 inputs to tf32 (10 stored mantissa bits) by default
-LSE_TOLERANCE = {"cpu": (2e-5, 1e-5), "cuda": (2e-3, 1e-3)}  # plus the scores' rounding (attention_tolerance)
 
 
 # ------------------------------------------------------------------------------------------------ buffers
@@ -568,7 +559,7 @@ def check_attention(kernel, batch: int, heads: int, seq_len: int, head_dim: int,
     ref_o, ref_lse = attention_ref(q, k, v, causal, sm_scale)
     max_score = float(ref_lse.abs().max()) + math.log(seq_len)
     atol, rtol, _ = attention_tolerance(dtype, device, max_score, float(v.abs().max()))
-    l_atol, l_rtol = LSE_TOLERANCE[device]
+    l_atol, l_rtol, _ = LSE_TOLERANCE[device]
     l_atol += 8 * (TF32_ROUNDOFF if (device == "cuda" and dtype == torch.float32) else 2.0**-24) * max_score
     name = str(dtype).replace("torch.", "")
     where = (f"{lays[0]} layout" if len(set(lays)) == 1 else

@@ -28,6 +28,7 @@ import triton
 from ..checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
                         generator, stage)
 from ..device import infer_device
+from ..tolerances import MATMUL_RELU as MATMUL_TOLERANCE, SOFTMAX as SOFTMAX_TOLERANCES  # phases 3's C and 2's rows
 from . import explain_launch_error, require_triton_kernel
 from ..benchmarking import cpu_do_bench
 from ..gpus import (GPU, GPUS, MAX_BLOCK_NUMEL, MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_PROGRAM, MIN_DOT_BLOCK,
@@ -387,9 +388,6 @@ class Strided:
 
 
 # ---------------------------------------------------------------------------------------------- matmul
-# (atol, rtol, why) for C = relu(A @ B), fp16 out, against an fp32 reference.
-MATMUL_TOLERANCE = (1e-3, 1e-3, "C is fp16: one rounding of the fp32 accumulator at the store is at most "
-                                "2**-11 of |c|; an fp16 accumulator or a dropped product is far outside")
 UNWRITTEN = float(torch.tensor(OUTPUT_SENTINEL, dtype=torch.float16))
 
 
@@ -743,7 +741,7 @@ def _check_matmul_autotuner(tuner, M: int, N: int, K: int, seed: int | None) -> 
 
 
 # ---------------------------------------------------------------------------------------------- softmax
-SOFTMAX_TOLERANCE = (1e-6, 1e-5, "fp32 rows: exp and one sum per row differ from an fp64 reference by rounding")
+SOFTMAX_TOLERANCE = SOFTMAX_TOLERANCES[torch.float32]  # (atol, rtol, why) for fp32 rows, as phase 2's
 
 
 def _check_softmax_case(fn, x: torch.Tensor, meta: dict, *, context: str, device: str) -> None:

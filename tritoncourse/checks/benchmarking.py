@@ -27,6 +27,7 @@ import triton
 
 from ..checking import KernelCheckError, fresh_seed, generator, stage
 from ..device import infer_device
+from ..tolerances import DIAGNOSIS
 from . import launch, require_triton_kernel
 from .elementwise import check_elementwise, diagnose_blocks
 
@@ -74,8 +75,8 @@ def diagnose_add_relu_mul(out, x, bias, scale: float, expected, block_size: int)
         (torch.relu(2 * b) * s, "the bias is loaded twice instead of loading x."),
     ]
     for candidate, why in candidates:
-        if torch.allclose(out, candidate, atol=1e-3, rtol=1e-3) and not torch.allclose(
-                candidate, expected, atol=1e-3, rtol=1e-3):
+        if torch.allclose(out, candidate, atol=DIAGNOSIS.atol, rtol=DIAGNOSIS.rtol) and not torch.allclose(
+                candidate, expected, atol=DIAGNOSIS.atol, rtol=DIAGNOSIS.rtol):
             return why
     return (diagnose_blocks(out, expected, block_size, "x or bias")
             or "compare your kernel with relu(x + bias) * scale, one step at a time.")

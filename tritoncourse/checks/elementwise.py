@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from ..checking import KernelCheckError, compare, fence_supported, fenced_copy, guarded_copy, guarded_empty, stage
+from ..tolerances import DIAGNOSIS
 
 def check_elementwise(kernel_name: str, inputs: dict[str, torch.Tensor], expected: torch.Tensor, block_size: int,
                       run: Callable[..., None], diagnose: Callable[[torch.Tensor], str], *, context: str,
@@ -68,7 +69,7 @@ def diagnose_blocks(out: torch.Tensor, expected: torch.Tensor, block_size: int, 
     """The mistakes in the blocks and masks any elementwise kernel can make, named from ``out`` (fp64, CPU);
     None when none of them explains it. ``inputs`` names the inputs for the message ("x or y")."""
     n = out.numel()
-    wrong = ~torch.isclose(out, expected, atol=1e-3, rtol=1e-3)
+    wrong = ~torch.isclose(out, expected, atol=DIAGNOSIS.atol, rtol=DIAGNOSIS.rtol)
     nan_out = torch.isnan(out)
     if nan_out.all():
         return "nothing was written to the output: is there a tl.store to output_ptr?"

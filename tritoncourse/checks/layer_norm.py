@@ -20,6 +20,8 @@ import triton
 from ..checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
                         generator, stage)
 from ..device import infer_device
+from ..tolerances import (LAYER_NORM as LN_TOLERANCES, LAYER_NORM_BACKWARD as LN_BACKWARD_TOLERANCES,
+                          LAYER_NORM_STATS as LN_STATS_TOLERANCE, MEAN_DIAGNOSIS, RSTD_DIAGNOSIS)
 from . import launch, require_triton_kernel
 
 UNWRITTEN = -54272.0  # what every output element holds before the kernel runs: exact in fp32, fp16 and bf16
@@ -33,15 +35,6 @@ SIGNATURES = {
                  "BLOCK_SIZE: tl.constexpr)",
 }
 
-LN_TOLERANCES = {
-    torch.float32: (2e-5, 2e-5, "fp32 results differ from an fp64 reference by rounding only: the mean and the "
-                                "variance of up to a few thousand values, and one multiply-add"),
-    torch.float16: (2e-3, 2e-3, "computed in fp32 and rounded once to fp16 (half an ulp is 4.9e-4 relative; "
-                                "the outputs reach |y| ~ 4, where an ulp is 2e-3)"),
-    torch.bfloat16: (4e-3, 8e-3, "computed in fp32 and rounded once to bf16: half an ulp is 3.9e-3 relative (8 "
-                                 "times fp16's), and nearly 0 for y near 0"),
-}
-LN_STATS_TOLERANCE = (1e-5, 1e-5, "the mean and 1/std are fp32 in every dtype")
 
 
 def make_ln_inputs(n_rows: int, n_cols: int, dtype: torch.dtype, data: str, seed: int):
@@ -139,8 +132,9 @@ def _ln_diagnose(y, x, w, b, eps, block_size, data, mean_k=None, rstd_k=None, to
     _, mean_ref, rstd_ref = layer_norm_ref(x, w, b, eps)
     if mean_k is not None and rstd_k is not None:
         mk, rk = mean_k.detach().double().cpu(), rstd_k.detach().double().cpu()
-        mean_ok = torch.allclose(mk, mean_ref, atol=1e-3 * float(rstd_ref.reciprocal().min()), rtol=1e-5)
-        rstd_ok = torch.allclose(rk, rstd_ref, atol=0, rtol=1e-3)
+        mean_ok = torch.allclose(mk, mean_ref, atol=MEAN_DIAGNOSIS.atol * float(rstd_ref.reciprocal().min()),
+                                 rtol=MEAN_DIAGNOSIS.rtol)
+        rstd_ok = torch.allclose(rk, rstd_ref, atol=RSTD_DIAGNOSIS.atol, rtol=RSTD_DIAGNOSIS.rtol)
         x64, w64, b64 = x.double().cpu(), w.double().cpu(), b.double().cpu()
         own = (x64 - mk[:, None]) * rk[:, None] * w64 + b64  # y from the kernel's own statistics
         consistent = torch.allclose(yc, own.to(y.dtype).double(), atol=10 * atol, rtol=10 * rtol)
@@ -256,15 +250,6 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
 
 
 # ----------------------------------------------------------------------------------- LayerNorm backward
-LN_BACKWARD_TOLERANCES = {
-    torch.float32: (1e-4, 1e-4, "dx sums n_cols products twice (c1, c2) in fp32; dw and db add up to a few hundred "
-                                "rows' terms in another order than the fp64 reference"),
-    torch.float16: (4e-3, 4e-3, "dx is rounded once to fp16 (4.9e-4 relative) after an fp32 computation; dw and "
-                                "db stay fp32"),
-    torch.bfloat16: (4e-3, 8e-3, "dx is rounded once to bf16 (3.9e-3 relative) after an fp32 computation; dw and "
-                                 "db stay fp32"),
-}
-
 
 def layer_norm_backward_ref(x, w, b, dy, eps):
     """(dx, dw, db) in fp64 by torch.autograd through the fp64 reference."""

@@ -24,6 +24,7 @@ import triton
 from ..checking import (OUTPUT_SENTINEL, Guarded, KernelCheckError, compare, fence_supported, fenced_copy,
                         fresh_seed, generator, guarded_copy, guarded_empty, stage)
 from ..device import infer_device
+from ..tolerances import MATMUL_RELU as TOLERANCE  # (atol, rtol, why): C fp16 against an fp32 reference
 from . import explain_launch_error, launch, require_triton_kernel
 
 NAME = "triton_matmul_relu_kernel"
@@ -31,17 +32,6 @@ SIGNATURE = ("triton_matmul_relu_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am,
              "stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
              "BLOCK_K: tl.constexpr)")
 
-# (atol, rtol, why). C is fp16, the reference is fp32 (relu of the fp32 product of the fp16 inputs).
-TOLERANCE = (
-    1e-3,
-    1e-3,
-    "C is fp16: rounding the fp32 accumulator once, at the store, costs at most half an fp16 ulp, "
-    "2**-11 = 4.9e-4 of |c| (rtol 1e-3 leaves twice that); summing in fp32 in another order than the "
-    "reference differs by about 1e-6 * |c| for these K (atol 1e-3 covers results near 0 after "
-    "cancellation, and GPU tensor-core rounding). With N(0, 1) inputs one dropped product a[m,k] * b[k,n] "
-    "is typically 0.1 to 1, hundreds of times the tolerance, and an fp16 accumulator is off by "
-    "several 1e-3 * |c|: both fail (tests/test_checks_matmul.py shows it).",
-)
 # Tile sizes that compile on a GPU: tl.dot needs at least 16 along M, N and K.
 MIN_BLOCK = 16
 LAYOUTS = ("contiguous", "padded", "transposed")

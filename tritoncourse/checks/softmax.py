@@ -28,6 +28,7 @@ import triton
 from ..checking import (OUTPUT_SENTINEL, Fenced, KernelCheckError, compare, fence_supported, fresh_seed,
                         generator, stage)
 from ..device import infer_device
+from ..tolerances import SOFTMAX as TOLERANCES, SOFTMAX_DIAGNOSIS  # (atol, rtol, why) by output dtype; fp64 reference
 from . import explain_launch_error, launch, require_triton_kernel
 
 SOFTMAX = "triton_softmax_kernel"
@@ -41,14 +42,6 @@ SIGNATURES = {
     BACKWARD: "triton_softmax_backward_kernel(grad_input_ptr, output_ptr, grad_output_ptr, "
               "grad_input_row_stride, output_row_stride, grad_output_row_stride, n_rows, n_cols, "
               "BLOCK_SIZE: tl.constexpr)",
-}
-
-# (atol, rtol, why) by output dtype. Softmax outputs lie in [0, 1]; the reference is fp64.
-TOLERANCES = {
-    torch.float32: (1e-6, 1e-5, "fp32 results differ from an fp64 reference by rounding only "
-                                "(exp, one sum over at most a few thousand terms)"),
-    torch.float16: (2e-5, 2e-3, "computed in fp32 and rounded once to fp16 (half an ulp is 4.9e-4 "
-                                "relative); values below 6e-5 are fp16 subnormals"),
 }
 
 # Rows the checks feed the kernels: how to make them, and how a message names them.
@@ -197,7 +190,7 @@ def _same(actual: torch.Tensor, candidate: torch.Tensor) -> bool:
     """True when the kernel's output is (loosely) the candidate, NaN for NaN, everywhere."""
     a = actual.detach().cpu().double()
     c = candidate.detach().cpu().double()
-    return bool(torch.isclose(a, c, rtol=2e-3, atol=2e-5, equal_nan=True).all())
+    return bool(torch.isclose(a, c, rtol=SOFTMAX_DIAGNOSIS.rtol, atol=SOFTMAX_DIAGNOSIS.atol, equal_nan=True).all())
 
 
 def _softmax_rows(x: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,7 @@ import torch
 import triton
 
 from ..checking import fresh_seed, generator
+from ..tolerances import DIAGNOSIS
 from ..device import infer_device
 from . import launch, require_triton_kernel
 from .elementwise import check_elementwise, diagnose_blocks
@@ -33,7 +34,7 @@ def diagnose(out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, expected: torc
     out, x, y, expected = (t.detach().cpu().double() for t in (out, x, y, expected))
 
     def same(a, b):
-        return bool(torch.allclose(a, b, atol=1e-3, rtol=1e-3, equal_nan=False))
+        return bool(torch.allclose(a, b, atol=DIAGNOSIS.atol, rtol=DIAGNOSIS.rtol, equal_nan=False))
 
     if same(out, 2 * x):
         return "the output is x + x: did you load x twice instead of loading y?"
