@@ -359,3 +359,21 @@ def test_the_prose_sizes_are_those_the_reference_cell_computes():
     text = " ".join(" ".join(c.source.split()) for c in _cells() if c.cell_type == "markdown")
     assert f"that is {scores / 2**30:.0f} GiB for `S` alone" in text
     assert f"`Q`, `K`, `V` and `O` together are {qkvo / 2**20:.0f} MiB at head_dim 128" in text
+
+
+def test_every_graded_test_cell_shows_a_case_and_the_steps_name_real_tests():
+    """A learner can run every graded behaviour before grading (a visible case above the hidden ones), and each of
+    the kernel's steps names a test that exists."""
+    import re
+
+    cells = _cells()
+    ids = set()
+    for c in cells:
+        gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        if c.cell_type == "code" and gid.startswith("test_"):
+            ids.add(gid)
+            visible = c.source.split("### BEGIN HIDDEN TESTS")[0]
+            assert re.search(r"^check_\w+\(", visible, re.M), f"{gid} has hidden cases only"
+    steps = next(c.source for c in cells if c.cell_type == "markdown" and "The kernel, in four steps" in c.source)
+    named = set(re.findall(r"`(test_\w+)`", steps))
+    assert named and named <= ids, named - ids
