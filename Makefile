@@ -28,7 +28,7 @@ comma := ,
 PYTHON_FITS := import sys; v = sys.version_info[:3]; sys.exit(not (($(subst .,$(comma),$(PYTHON_MIN))) <= v < ($(subst .,$(comma),$(PYTHON_BELOW))) and v != ($(subst .,$(comma),$(PYTHON_NOT)))))
 
 .PHONY: help venv python-check system-deps lab notebooks test test-fast release check reset submit gpu-check \
-	collect grade grades feedback solutions handout
+	collect grade grades feedback solutions handout hub hub-users
 
 help:
 	@echo "make lab            build .venv (first time) and open JupyterLab on notebooks/"
@@ -45,6 +45,8 @@ help:
 	@echo "make feedback PHASE=01_vector_add   feedback/ for learners, without hidden tests"
 	@echo "make solutions PHASE=01_vector_add  solution/ for learners, after the deadline"
 	@echo "make handout OUT=DIR                what learners may have (no solutions, hidden tests, gradebook)"
+	@echo "make hub            as root: the course's JupyterHub on 127.0.0.1:$(HUB_PORT) (docs/JUPYTERHUB.md)"
+	@echo "make hub-users ROSTER=hub/roster.example.csv   as root: learners' accounts for the hub"
 
 venv: $(VENV)/.installed
 
@@ -156,3 +158,20 @@ solutions: venv
 handout: venv
 	@test -n "$(OUT)" || { echo "usage: make handout OUT=../triton-course-learners (a new folder)"; exit 2; }
 	$(PY) -m tritoncourse handout $(OUT)
+
+# ---- the course on JupyterHub, one Linux machine, as root (docs/JUPYTERHUB.md, hub/) --------------------------------
+HUB_VENV ?= /opt/tritonhub/venv
+HUB_STATE ?= /srv/tritonhub
+HUB_PORT ?= 8000
+HUB_INSTRUCTOR ?= instructor
+ROSTER ?=
+
+hub:
+	@bash tools/system-deps.sh hub
+	$(PYTHON) hub/tritonhub.py setup --venv $(HUB_VENV) --state $(HUB_STATE) --port $(HUB_PORT) \
+		--instructor $(HUB_INSTRUCTOR)
+	$(PYTHON) hub/tritonhub.py start --state $(HUB_STATE)
+
+hub-users:
+	@test -n "$(ROSTER)" || { echo "usage: make hub-users ROSTER=hub/roster.example.csv (after make hub's setup)"; exit 2; }
+	$(PYTHON) hub/tritonhub.py users $(ROSTER) --state $(HUB_STATE)

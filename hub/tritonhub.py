@@ -216,6 +216,11 @@ def setup(settings: Settings) -> None:
         (state / "instructor-password").chmod(0o600)
         print(f"tritonhub: instructor account {settings.instructor!r}, password in {state / 'instructor-password'}")
     add_account(settings.instructor, [], password)
+    probe = as_user(settings.instructor, [f"{settings.venv}/bin/python", "-c", "import nbgrader, jupyterhub"],
+                    settings, check=False, capture_output=True, text=True)
+    if probe.returncode != 0:
+        sys.exit(f"{settings.venv} cannot be used by other users (an interpreter or packages under /root?):\n"
+                 f"{probe.stderr[-2000:]}")
     exchange = Path(settings.exchange)
     exchange.mkdir(parents=True, exist_ok=True)
     exchange.chmod(0o1777)  # nbgrader: writable by all; sticky: nobody removes another's course folder

@@ -7,6 +7,8 @@
 #   postgresql        Debian's PostgreSQL server for tests/test_distributed.py (started by the test itself)
 #   slurmd slurmctld slurm-client munge
 #                     a one-node Slurm for tests/test_distributed.py's `grade --cluster slurm` (started by the test)
+#   nodejs npm passwd login libpam0g, and npm's configurable-http-proxy (pinned)
+#                     the course's JupyterHub (hub/, tests/test_hub.py); `system-deps.sh hub` installs only these
 # As root (CI, a fresh machine) it installs what is missing with apt-get; as another user it installs nothing and
 # names the one command to run. Installs only what is missing: running it again costs a fraction of a second.
 set -euo pipefail
@@ -24,8 +26,30 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || packages+=(postgresq
 command -v sbatch >/dev/null 2>&1 || packages+=(slurm-client)
 [ -x /usr/sbin/munged ] || packages+=(munge)
 # -- end of issue 21 --
+# -- issue 30: the course's JupyterHub (hub/, tests/test_hub.py): npm's configurable-http-proxy, PAM, useradd --
+CHP_VERSION=5.3.0
+hub_packages() {
+    command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+    command -v useradd >/dev/null 2>&1 && command -v chpasswd >/dev/null 2>&1 || packages+=(passwd)
+    [ -e /etc/pam.d/login ] || packages+=(login)
+    compgen -G "/lib/*/libpam.so.0" >/dev/null || compgen -G "/usr/lib/*/libpam.so.0" >/dev/null || packages+=(libpam0g)
+}
+if [ "${1:-}" = hub ]; then packages=(); fi  # `make hub`: only what the hub needs
+hub_packages
+# -- end of issue 30 --
+
+install_chp() {  # configurable-http-proxy, pinned, from npm (JupyterHub's proxy)
+    [ "$(configurable-http-proxy --version 2>/dev/null)" = "$CHP_VERSION" ] && return 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "The hub needs configurable-http-proxy $CHP_VERSION: sudo npm install -g configurable-http-proxy@$CHP_VERSION" >&2
+        return 1
+    fi
+    echo "system-deps: npm install -g configurable-http-proxy@$CHP_VERSION"
+    npm install -g --no-fund --no-audit "configurable-http-proxy@$CHP_VERSION" >/dev/null
+}
 
 if [ ${#packages[@]} -eq 0 ]; then
+    install_chp
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -41,3 +65,4 @@ fi
 echo "system-deps: installing ${packages[*]} (apt-get)"
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+install_chp

@@ -832,12 +832,14 @@ class ResilientExecute(Execute):
 
     def _remove_strays(self, resources) -> None:
         """Delete every entry of the notebook's autograded folder that is not a notebook, a verdicts log or
-        nbgrader's timestamp: only in a folder :meth:`_grading_folder` verified, else nothing."""
+        nbgrader's timestamp or submission secret: only in a folder :meth:`_grading_folder` verified, else nothing."""
         folder = self._grading_folder(resources)
         if folder is None:
             return
         for entry in list(os.scandir(folder)):
-            if (entry.name.endswith((".ipynb", ".verdicts.json")) or entry.name == "timestamp.txt") \
+            # submission_secret.txt: nbgrader's exchange names the released feedback with it (release_feedback)
+            if (entry.name.endswith((".ipynb", ".verdicts.json"))
+                    or entry.name in ("timestamp.txt", "submission_secret.txt")) \
                     and entry.is_file(follow_symlinks=False):
                 continue
             self.log.warning("Sandbox: %s is not a notebook of the assignment: removed before grading", entry.name)
