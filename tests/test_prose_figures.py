@@ -355,7 +355,8 @@ def size_claims(assignment: str) -> list[str]:
             f"one is {100 * w4096['last_wave'] / w4096['slots']:.0f}% full and {100 * (1 - w4096['utilisation']):.0f}% "
             "of the time is lost",
             f"289 programs → one full wave of {w2176['slots']} and a second of {w2176['last_wave']} programs",
-            f"({100 * w2176['utilisation']:.0f}% of the slots busy)",
+            f"({100 * w2176['utilisation']:.0f}% of the slots busy)", f"two waves' time for {289 / w2176['slots']:.2f} waves",
+            f"two waves for {289 / w2176['slots']:.2f} waves of work",
             f"289 programs in {per_sm} × {H100.sms} = {w2176['slots']} slots",
             f"{small['registers']} × 128 = {small['registers'] * 128:,}", f"{big['registers']} × 256 = {big['registers'] * 256:,}",
             f"{per_sm} such programs fit", f"room for only {occupancy(8, big['registers'], 0, H100)['programs']}",
