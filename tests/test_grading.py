@@ -24,9 +24,16 @@ ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct
 # test of any phase takes a few seconds here, far below the scaled limits).
 # TRITONCOURSE_GRADING_FLAGS (e.g. a GPU run's own limits) replaces these flag by flag (traitlets takes each once).
-_FLAGS = dict(flag.split("=", 1) for flag in ("--IsolatedKernelTests.timeout_factor=0.5", "--ResilientExecute.timeout=60",
-                                               *os.environ.get("TRITONCOURSE_GRADING_FLAGS", "").split()))
+_GIVEN = dict(flag.split("=", 1) for flag in os.environ.get("TRITONCOURSE_GRADING_FLAGS", "").split())
+_FLAGS = {"--IsolatedKernelTests.timeout_factor": "0.5", "--ResilientExecute.timeout": "60", **_GIVEN}
 FLAGS = tuple(f"{key}={value}" for key, value in _FLAGS.items())
+# An endless loop waits for every limit it meets (the notebook's cell that runs the kernel, then each failing test):
+# its learner is graded in a course copy of its own, at the same time as the others, with 0.15 of each test's limit
+# (18 s; tests/test_verdicts.py gives an endless loop 0.1) and a 20 s cell limit: the same verdicts ("did not
+# finish", 0 points for those tests; its full-blocks test, 3-9 s on a loaded 2-core machine, passes) much sooner.
+# On a GPU (compute-sanitizer: ~10 s a correct test) and wherever TRITONCOURSE_GRADING_FLAGS says, the usual limits.
+ENDLESS_FLAGS = FLAGS if DEVICE != "cpu" else tuple(f"{key}={value}" for key, value in {
+    **_FLAGS, "--IsolatedKernelTests.timeout_factor": "0.15", "--ResilientExecute.timeout": "20", **_GIVEN}.items())
 # TRITONCOURSE_GRADING_FIXTURES=name,name grades only those fixtures (and the six standard learners): a GPU run
 # with little device time picks the submissions that matter; =all grades every fixture; unset, NBGRADER_FIXTURES.
 _ONLY = os.environ.get("TRITONCOURSE_GRADING_FIXTURES", "")
@@ -100,10 +107,16 @@ def graded(tmp_path_factory):
     def grade(assignment: str) -> Graded:
         if assignment not in _cache:
             shards = [Course(tmp_path_factory.mktemp(f"{assignment}-{i}"), [assignment]) for i in range(SHARDS)]
+            endless: list[Course] = []  # the endless loops' own course copy, made when one is graded
             courses: dict[str, Course] = {}
 
             def submit(student, nb):
-                courses[student] = shards[len(courses) % SHARDS]
+                if "endless" in student:
+                    if not endless:
+                        endless.append(Course(tmp_path_factory.mktemp(f"{assignment}-endless"), [assignment]))
+                    courses[student] = endless[0]
+                else:
+                    courses[student] = shards[sum("endless" not in s for s in courses) % SHARDS]
                 courses[student].submit(student, assignment, nb)
 
             release = shards[0].release_notebook(assignment)
@@ -113,8 +126,9 @@ def graded(tmp_path_factory):
             for fx in fixtures(assignment):
                 if chosen(assignment, fx.name):
                     submit(fx.name, fx.notebook(release, source))
-            with ThreadPoolExecutor(SHARDS) as pool:
-                procs = list(pool.map(lambda c: c.autograde(assignment, *FLAGS), shards))
+            runs = [(c, FLAGS) for c in shards] + [(c, ENDLESS_FLAGS) for c in endless]
+            with ThreadPoolExecutor(len(runs)) as pool:
+                procs = list(pool.map(lambda run: run[0].autograde(assignment, *run[1]), runs))
             _cache[assignment] = Graded(courses, assignment, procs)
         return _cache[assignment]
 
