@@ -116,7 +116,10 @@ def build_venv(settings: Settings) -> None:
     if not (venv / "bin" / "python").exists():
         run([sys.executable, "-m", "venv", str(venv)])
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    run(pip + [f"-r{REPO / r}" for r in reqs])
+    # as the Makefile's venv: torch's CPU build from PyTorch's CPU index where it can be reached
+    index = ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "--retries", "1", "--timeout", "20"] \
+        if settings.cpu else []
+    run(pip + index + [f"-r{REPO / r}" for r in reqs])
     run(pip + ["--no-deps", str(REPO)])  # the package learners import; not editable: no path into this repository
     stamp.write_text(digest + "\n")
 
