@@ -144,10 +144,17 @@ def not_written_message(name: str) -> str:
 
 
 def _stub_handler(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for the exceptions registered below: it shows the error itself (IPython only calls
+    it). An unfilled stub shows one line, as a NotImplementedError on the CPU and on a GPU alike; anything
+    else its usual traceback."""
     name = stub_name(value, tb)
     if name is None:
-        return shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
-    return ["\x1b[0;31m" + not_written_message(name) + "\x1b[0m"]
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return []
+    message = not_written_message(name)
+    stb = ["\x1b[0;31m" + message + "\x1b[0m"]
+    shell._showtraceback(NotImplementedError, NotImplementedError(message.split(": ", 1)[1]), stb)
+    return stb
 
 
 def _remember_cell(info) -> None:
