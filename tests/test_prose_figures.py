@@ -347,8 +347,9 @@ def size_claims(assignment: str) -> list[str]:
     per_sm = occupancy(4, small["registers"], int(small["shared KB"] * 1024), H100)["programs"]
     assert per_sm == small["programs/SM"]
     w4096, w2176 = waves((4096 // 128) ** 2, per_sm, H100), waves(17 ** 2, per_sm, H100)
-    extra = [r[1] - eval(r[0].split(",")[0].split("=")[1]) * eval(r[0].split(",")[1].split("=")[1])
-             / (32 * int(r[0].split("num_warps=")[1].split(",")[0])) for r in BENCH["autotuning"]["resources"]["rows"]]
+    tiles = [({k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", r[0])}, r[1])
+             for r in BENCH["autotuning"]["resources"]["rows"]]  # (config, registers)
+    extra = [regs - t["BLOCK_M"] * t["BLOCK_N"] / (32 * t["num_warps"]) for t, regs in tiles]  # beyond the accumulator
     one = waves((4096 // 128) * (4096 // 256), 1, H100)
     return [f"1024 programs, {per_sm} per SM at a time (section 2: their registers allow {per_sm}), so "
             f"{w4096['slots']} slots → {w4096['waves'] - 1 + w4096['last_wave'] / w4096['slots']:.1f} waves; the last "
