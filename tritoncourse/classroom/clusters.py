@@ -60,8 +60,8 @@ def _import(dotted: str):
         mod = __import__(module, fromlist=[name])
     except ImportError as err:
         top = module.split(".")[0]
-        raise GradingStopped(f"--cluster needs {top}, which is not installed here: {INSTALL.get(top, 'pip install ' + top)}"
-                             f" ({err})") from None
+        how = INSTALL.get(top, "pip install " + top)
+        raise GradingStopped(f"--cluster needs {top}, which is not installed here: {how} ({err})") from None
     return getattr(mod, name)
 
 

@@ -149,7 +149,8 @@ class Grader:
         """Copy one learner's autograde results into the real gradebook and autograded/ (results.merge)."""
         return merge(self.course, task, work)
 
-    def plan(self, assignments: list[str] | None, students: list[str] | None) -> tuple[list[tuple[str, str, list[str]]], list[str]]:
+    def plan(self, assignments: list[str] | None,
+             students: list[str] | None) -> tuple[list[tuple[str, str, list[str]]], list[str]]:
         """(assignment, student, notebooks) to consider, after checking every name; CourseError on bad names."""
         released = self.course.released_assignments()
         if assignments:
