@@ -242,6 +242,7 @@ def test_attention_has_cases_past_a_fixed_key_tile_causal_and_not_ragged_and_not
 @pytest.mark.parametrize("mistake,words", [
     (dict(normalize=False), "not divided by the sum"), (dict(rescale_l=False), "running sum l is not rescaled"),
     (dict(k_stuck="first"), "K's pointers are never advanced"), (dict(v_stuck="loop"), "V's pointers are not advanced"),
+    (dict(k_stuck="first", v_stuck="first"), "no loop over the key tiles yet"),  # step 1's kernel, tested at step 2
     (dict(max_keys=128), "from 128 on are never seen"), (dict(masked_value=0.0), "0 instead of -inf"),
     (dict(local_causal=True), "positions inside the tiles"), (dict(skip_diagonal=True), "diagonal) key tile"),
     (dict(diag=-1), "off by one"), (dict(tail_scores=True), "past seq_len = 209 are not set to -inf")])

@@ -109,9 +109,11 @@ def _replays(S, D, causal, sm_scale, block_m, block_n):
     for stuck, words in (("first", "are never advanced"), ("loop", "are not advanced inside the key loop")):
         for which, kw in (("K's", dict(k_stuck=stuck)), ("V's", dict(v_stuck=stuck)),
                           ("K's and V's", dict(k_stuck=stuck, v_stuck=stuck))):
+            first_tile = (" (If there is no loop over the key tiles yet, only the first tile is seen: that is "
+                          "step 2.)" if stuck == "first" and which == "K's and V's" else "")
             out.append((kw, f"{which} pointers {words}: every step of the loop must move them on by BLOCK_N rows "
                             "(k_ptrs += BLOCK_N * stride_kn, v_ptrs += BLOCK_N * stride_vn), or be computed from "
-                            "the tile's start."))
+                            "the tile's start." + first_tile))
     for n_keys in sorted({block_n, block_m, 64, 128, 256} | set(range(block_n, S, block_n))):
         if n_keys < S and not (tail and n_keys == S // block_n * block_n):
             out.append((dict(max_keys=n_keys), f"the keys from {n_keys} on are never seen (seq_len = {S} here): loop "
