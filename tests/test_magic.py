@@ -113,3 +113,25 @@ def test_the_checks_say_not_written_for_the_gpus_compile_error():
     message = str(explain_launch_error(_compile_error_of_the_stub(), "triton_k_kernel", "triton_k_kernel(x_ptr, n)",
                                        "n = 1"))
     assert "not written yet" in message, message
+
+
+def test_the_notebooks_test_runs_the_solution_cells_kernel_and_warns(capsys):
+    """Phase 1 in a shell, as JupyterLab runs it (cell ids sent): the reference kernel in its solution cell, then
+    a broken copy in a scratch cell. The test runs the solution cell's kernel (and passes, as the grader's would)
+    and says loudly that the kernel last run is not the one graded."""
+    source = nbformat.read(magic.ROOT / "source" / "01_vector_add" / "01_vector_add.ipynb", as_version=4)
+    kernel = next(c.source for c in source.cells if c.get("id") == "vector-add-kernel")
+    ip = InteractiveShell.instance()
+    magic.register(ip)
+    ip.run_cell("import triton\nimport triton.language as tl", store_history=True, cell_id="setup")
+    reference = "".join(line for line in kernel.splitlines(keepends=True) if "### " not in line)
+    ip.run_cell(reference, store_history=True, cell_id="vector-add-kernel")
+    broken = kernel.split("### BEGIN SOLUTION")[0].rstrip() + "\n    pass\n"
+    ip.run_cell(broken, store_history=True, cell_id="a-scratch-cell-of-mine")
+    capsys.readouterr()
+    result = ip.run_cell("%%kernel_test\nfrom tritoncourse.checks.vector_add import check_vector_add\n"
+                         "check_vector_add(triton_vector_add_kernel, n=33, block_size=32)\n",
+                         store_history=True, cell_id="test-vector-add-ragged-sizes")
+    out = capsys.readouterr().out
+    assert result.error_in_exec is None, out
+    assert "WARNING: the grader will not test what you last ran" in out and "`vector_add_kernel`" in out, out
