@@ -135,3 +135,21 @@ def test_the_notebooks_test_runs_the_solution_cells_kernel_and_warns(capsys):
     out = capsys.readouterr().out
     assert result.error_in_exec is None, out
     assert "WARNING: the grader will not test what you last ran" in out and "`vector_add_kernel`" in out, out
+
+
+def _gpu() -> bool:
+    import os
+
+    import torch
+    return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+
+
+@pytest.mark.skipif(not _gpu(), reason="needs a GPU with Triton compiling (the CPU's case is the test above)")
+def test_a_real_stub_launched_on_a_gpu_shows_the_same_line(capsys):
+    """On a GPU, Triton's own compiler refuses the stub's `raise`: the learner still reads the CPU's line."""
+    ip = InteractiveShell.instance()
+    magic.register(ip)
+    result = ip.run_cell("import torch, triton, triton.language as tl\n" + STUB +
+                         "triton_k_kernel[(1,)](torch.zeros(1, device='cuda'), 1)\n")
+    assert result.error_in_exec is not None, "the cell must still fail, so Run All stops there"
+    assert "`triton_k_kernel` is not written yet" in capsys.readouterr().out
