@@ -2,6 +2,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 # Tests run on the CPU interpreter unless a GPU is present; the course's helpers are imported from the repo.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -19,8 +21,15 @@ SLOW_MODULES = {"test_grading", "test_verdicts", "test_judge", "test_sandbox", "
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def serial_baseline(tmp_path_factory):
+    """Phase 1's class graded once by plain serial `nbgrader autograde` (tests/baseline.py): the grades the
+    classroom, Dask, PostgreSQL, Slurm and container gradings must equal."""
+    from baseline import grade_baseline
+
+    return grade_baseline(tmp_path_factory.mktemp("serial-baseline") / "course")
