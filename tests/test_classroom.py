@@ -234,7 +234,11 @@ def test_zip_collect_with_the_course_regexp(course, tmp_path):
     assert "my_notebook.ipynb" in r.stderr  # reported as skipped
 
 
-def test_bad_names_give_a_clear_error_and_change_nothing(course, tmp_path):
+def test_bad_names_give_a_clear_error_and_change_nothing(course, tmp_path, capsys):
+    """Each command's own error, exit code 2, nothing changed. The commands run in this process (the entry point
+    `python -m tritoncourse` dispatches to the same ``main``; the other tests here run it as a command)."""
+    from tritoncourse.cli import main
+
     c = fresh(course, tmp_path)
     c.submit("alice", A, c.release_notebook(A))
     db = (c.path / "gradebook.db").read_bytes()
@@ -246,19 +250,23 @@ def test_bad_names_give_a_clear_error_and_change_nothing(course, tmp_path):
         (("export", "99_nothing"), "Unknown assignment"),
         (("feedback", A, "--students", "alice"), "No autograded 01_vector_add for alice"),
     ]:
-        r = tc(*args, "--course", str(c.path))
-        assert r.returncode == 2 and expect in r.stdout, (args, r.stdout, r.stderr)
+        code = main([*args, "--course", str(c.path)])
+        out = capsys.readouterr()
+        assert code == 2 and expect in out.out, (args, out.out, out.err)
     assert (c.path / "gradebook.db").read_bytes() == db
     assert not (c.path / "autograded" / "alice").exists()
 
 
-def test_unreleased_assignment_says_to_release_it(course, tmp_path):
+def test_unreleased_assignment_says_to_release_it(course, tmp_path, capsys):
+    from tritoncourse.cli import main
+
     c = fresh(course, tmp_path)
     shutil.copytree(ROOT / "source" / A, c.path / "source" / "02_new")
-    r = tc("grade", "02_new", "--course", str(c.path))
-    assert r.returncode == 2 and "make release" in r.stdout, r.stdout
+    code, out = main(["grade", "02_new", "--course", str(c.path)]), capsys.readouterr().out
+    assert code == 2 and "make release" in out, out
 
 
+@pytest.mark.slow  # a real `nbgrader autograde` of two learners: not in `make test-fast`
 def test_a_grading_that_hangs_is_retried_once_then_recorded_and_the_others_graded(course, tmp_path):
     """The whole `nbgrader autograde` of one learner never ends (here: a 3 s limit it cannot meet): it is
     stopped, retried once, recorded as failed with its reason, logs and a command to reproduce it; the
