@@ -354,11 +354,17 @@ def instructor_grades(browser, hub: Hub, shot) -> None:
         shot(page, "instructor-autograded")
         submission = _submission_id(hub, hub.learners["a"])
         page.goto(f"{fg}/submissions/{submission}")
+        page.wait_for_load_state("networkidle")  # Formgrader binds its score boxes once it has the grades
         score = page.locator(f"input.score#{KEY_QUESTION}")
-        score.fill(str(KEY_POINTS))
-        score.press("Tab")
-        page.locator(f"#{KEY_QUESTION}").locator("xpath=ancestor::*[contains(@class,'nbgrader_cell')][1]") \
-            .locator(".score-saved").wait_for(state="visible")
+        with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT",
+                                  timeout=60_000) as saved:
+            score.fill(str(KEY_POINTS))
+            score.blur()  # Formgrader saves a score on its change event
+        assert saved.value.ok, f"Formgrader could not save the key question's points: {saved.value.status}"
+        deadline = time.monotonic() + 60  # Formgrader saves on change; its tick fades too fast to wait for
+        while gradebook_scores(hub, hub.learners["a"]).get(KEY_QUESTION) != KEY_POINTS:
+            assert time.monotonic() < deadline, "Formgrader did not save the key question's points"
+            time.sleep(1)
         shot(page, "instructor-key-question")
         page.goto(f"{fg}/manage_assignments")
         page.locator(row).wait_for()
