@@ -8,6 +8,7 @@ import nbformat
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from triton import CompilationError
+from triton.compiler.errors import UnsupportedLanguageConstruct
 
 from tritoncourse.checks import explain_launch_error
 from tritoncourse.learner import magic
@@ -62,9 +63,10 @@ def test_the_shell_records_which_cell_each_input_came_from():
 
 
 def _compile_error_of_the_stub() -> CompilationError:
-    """What Triton's compiler raises on a GPU for an unfilled stub (built here, on the CPU)."""
+    """What Triton's compiler raises on a GPU for an unfilled stub (built here, on the CPU): triton 3.6 raises the
+    subclass UnsupportedLanguageConstruct (seen on an H200)."""
     node = next(n for n in ast.walk(ast.parse(STUB)) if isinstance(n, ast.Raise))
-    return CompilationError(STUB, node, "unsupported AST node type: Raise")
+    return UnsupportedLanguageConstruct(STUB, node, "unsupported AST node type: Raise")
 
 
 def _cpu_error_of_the_stub() -> NotImplementedError:
