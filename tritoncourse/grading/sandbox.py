@@ -151,8 +151,24 @@ def problem() -> str | None:
         finally:
             box.close()
     if proc.returncode != 0:
-        return f"bubblewrap could not start a process: {(proc.stderr.strip() or proc.stdout.strip())[:300]}"
+        said = (proc.stderr.strip() or proc.stdout.strip())[:300]
+        if USERNS_REFUSED.search(said):
+            return f"bubblewrap could not start a process: {USERNS_FIX} (bwrap said: {said})"
+        return f"bubblewrap could not start a process: {said}"
     return None
+
+
+# bubblewrap's words where the kernel refuses an unprivileged user namespace: Ubuntu 23.10/24.04's AppArmor
+# restriction ("setting up uid map: Permission denied"), an HPC node's user.max_user_namespaces=0 (ENOSPC), old
+# Debian's unprivileged_userns_clone=0 ("No permissions to creat... namespace").
+USERNS_REFUSED = re.compile(r"uid map|new namespace|max_\w*namespaces|unprivileged_userns|user namespace", re.I)
+USERNS_FIX = (
+    "this machine does not let a user who is not root create a user namespace, which the sandbox needs when it is "
+    "not run as root. Ask an administrator for one of: on Ubuntu 23.10 or 24.04, an AppArmor profile that lets bwrap "
+    "do it (docs/INSTRUCTORS.md, 'Machines that forbid user namespaces') or `sudo sysctl -w "
+    "kernel.apparmor_restrict_unprivileged_userns=0`; on a node where user.max_user_namespaces is 0 (HPC), `sudo "
+    "sysctl -w user.max_user_namespaces=15000`; on older Debian, `sudo sysctl -w kernel.unprivileged_userns_clone=1`. "
+    "Or grade as root (sudo), where the sandbox uses a uid of its own and no user namespace")
 
 
 _PROBED: dict[str, str] = {}  # what problem()'s probe found
