@@ -155,3 +155,12 @@ def test_a_real_stub_launched_on_a_gpu_shows_the_same_line(capsys):
                          "triton_k_kernel[(1,)](torch.zeros(1, device='cuda'), 1)\n")
     assert result.error_in_exec is not None, "the cell must still fail, so Run All stops there"
     assert "`triton_k_kernel` is not written yet" in capsys.readouterr().out
+
+
+def test_a_practice_check_says_it_has_no_points_when_graded(monkeypatch, capsys):
+    """Graded test cells never reach the learner's kernel during grading (the grader replaces them); one that does
+    is a practice check (phase 6's step 1) and says so, rather than promising a verdict that never comes."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    magic.kernel_test("", "test_step_one")
+    out = capsys.readouterr().out
+    assert "practice check without points" in out and "verdict" not in out, out

@@ -91,7 +91,8 @@ def kernels_as_graded(inputs: list[str], cell_ids: dict[int, str], release: Path
 
 def kernel_test(line: str, cell: str) -> None:
     if os.environ.get("NBGRADER_EXECUTION") == "autograde":
-        print("Graded in a fresh process outside this notebook (see the verdict in your feedback).")
+        # Graded test cells never reach the kernel (the grader replaces them, nbgrader_plugin): this one has no points.
+        print("A practice check without points: not run when your notebook is graded.")
         return
     from IPython import get_ipython
 
