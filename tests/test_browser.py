@@ -30,6 +30,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from servers import wait_until_answers
+
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE = ROOT / "release"
 SOURCE = ROOT / "source"
@@ -184,16 +186,7 @@ class JupyterLab(KernelWaits):
             return json.loads(resp.read())
 
     def wait_ready(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"jupyter lab exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                self.api("/api/status")
-                return
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError(f"jupyter lab did not answer within {timeout:.0f} s:\n{self.log()}")
+        wait_until_answers(lambda: self.api("/api/status"), self.proc, timeout, "jupyter lab", self.log)
 
     def log(self) -> str:
         self._log.flush()

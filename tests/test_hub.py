@@ -35,6 +35,7 @@ import nbformat
 import pytest
 
 from course import SUBMISSIONS, Course, Fixture
+from servers import wait_until_answers
 from test_browser import CHROMIUM, CHROMIUM_ARGS, learner_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,15 +177,8 @@ class Hub:
         self.proc = subprocess.Popen([str(self.venv / "bin" / "jupyterhub"), "-f", str(ROOT / "hub" / "jupyterhub_config.py")],
                                      cwd=self.state, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"jupyterhub exited:\n{self.log_text()}"
-            try:
-                urllib.request.urlopen(f"{self.base}/hub/api/", timeout=5).read()
-                return
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError(f"the hub did not answer in 90 s:\n{self.log_text()}")
+        wait_until_answers(lambda: urllib.request.urlopen(f"{self.base}/hub/api/", timeout=5).read(), self.proc, 90,
+                           "jupyterhub", self.log_text)
 
     def log_text(self) -> str:
         self.log.flush()

@@ -46,6 +46,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
+from servers import wait_until_answers
 from test_browser import CHROMIUM, CHROMIUM_ARGS, _free_port, _requirements_or_fail
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -506,16 +507,9 @@ class Formgrader:
     def wait_ready(self, timeout: float = 60) -> None:
         import urllib.request
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"jupyter server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                urllib.request.urlopen(f"{self.base}/api/status?token={self.token}", timeout=5).read()
-                return
-            except OSError:
-                time.sleep(0.3)
-        raise AssertionError(f"jupyter server did not answer within {timeout:.0f} s:\n{self.log()}")
+        url = f"{self.base}/api/status?token={self.token}"
+        wait_until_answers(lambda: urllib.request.urlopen(url, timeout=5).read(), self.proc, timeout,
+                           "jupyter server", self.log)
 
     def log(self) -> str:
         self._log.flush()

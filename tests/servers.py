@@ -1,0 +1,22 @@
+"""What the browser tests share about the servers they start (JupyterLab, Jupyter Server, JupyterHub)."""
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Callable
+
+
+def wait_until_answers(probe: Callable[[], object], proc: subprocess.Popen, timeout: float, what: str,
+                       log: Callable[[], str]) -> None:
+    """Call ``probe`` (a request that raises OSError until the server answers) until it returns, while ``proc``
+    runs; fail with the server's log if it exits or does not answer within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited with {proc.returncode}:\n{log()}")
+        try:
+            probe()
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"{what} did not answer within {timeout:.0f} s:\n{log()}")
