@@ -10,7 +10,7 @@ target is read into grading.
 
 Both graders use :func:`refusal`: plain ``nbgrader autograde`` through the course's preprocessors
 (``nbgrader_plugin.RestoreDeletedCells`` and ``ResilientExecute``), ``python -m tritoncourse grade`` when it lays
-out each learner's private copy (``classroom/workflow.py``: ``prepare``), where a refused notebook becomes the
+out each learner's private copy (``classroom/tasks.py``: ``prepare``), where a refused notebook becomes the
 placeholder :func:`refused_notebook`, which the private grading fails with the same message.
 """
 from __future__ import annotations
