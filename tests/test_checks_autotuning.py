@@ -11,8 +11,11 @@ import triton.language as tl
 
 matplotlib.use("Agg")
 
+from tritoncourse import gpus  # noqa: E402
+from tritoncourse.benchmarking import cpu_do_bench  # noqa: E402
 from tritoncourse.checking import KernelCheckError  # noqa: E402
 from tritoncourse.checks import autotuning as A  # noqa: E402
+from tritoncourse.device import infer_device  # noqa: E402
 
 
 @triton.jit
@@ -51,9 +54,9 @@ def _fails(check, *args, match: str):
 def test_estimates_of_shared_memory_and_registers():
     """The numbers the notebook quotes: 128x128x32 with 4 stages is 64 KB and 128 registers per thread."""
     c = mm(128, 128, 32, 8, 4, 4)
-    assert A.matmul_shared_memory(c) == 64 * 1024
-    assert A.matmul_accumulator_registers(c) == 128
-    assert A.matmul_shared_memory(mm(128, 256, 64, 8, 8, 3)) == 144 * 1024
+    assert gpus.matmul_shared_memory(c) == 64 * 1024
+    assert gpus.matmul_accumulator_registers(c) == 128
+    assert gpus.matmul_shared_memory(mm(128, 256, 64, 8, 8, 3)) == 144 * 1024
 
 
 def test_config_space_accepts_the_reference_and_names_each_mistake():
@@ -122,8 +125,6 @@ def test_grouped_order_is_phase_3s():
 
 
 def test_occupancy_and_waves():
-    from tritoncourse import gpus
-
     h100 = gpus.GPUS["H100 SXM / H200"]
     occ = gpus.occupancy(4, 168, 64 * 1024, h100)
     assert occ["programs"] == 3 and occ["limits"]["threads"] == 16
@@ -135,11 +136,11 @@ def test_occupancy_and_waves():
 
 def test_cpu_timer_follows_do_bench_conventions():
     calls = []
-    assert len(A.cpu_do_bench(lambda: calls.append(1), quantiles=(0.5, 0.2, 0.8))) == 3
-    assert isinstance(A.cpu_do_bench(lambda: None), float) and calls == [1]
+    assert len(cpu_do_bench(lambda: calls.append(1), quantiles=(0.5, 0.2, 0.8))) == 3
+    assert isinstance(cpu_do_bench(lambda: None), float) and calls == [1]
 
 
-@pytest.mark.skipif(A.infer_device() != "cpu", reason="runs the interpreter's fence")
+@pytest.mark.skipif(infer_device() != "cpu", reason="runs the interpreter's fence")
 def test_every_vector_add_config_runs_and_leaves_impossible_configs_to_the_limits_test():
     """A config no GPU can run (BLOCK_SIZE 96, num_warps 3) fails the hardware-limits test only: the
     every-config test skips it (on a GPU it would not even compile), so one mistake costs one test. A space
@@ -290,3 +291,4 @@ def test_programs_per_sm_passes_correct_functions_and_names_each_slip():
     # The visible test (the compiled kernels only) lets the forgotten rounding pass; the hidden cases do not.
     check_programs_per_sm(unrounded, known_only=True)
     _fails(check_programs_per_sm, unrounded, 0, 1, match="rounded up")
+
