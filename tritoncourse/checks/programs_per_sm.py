@@ -72,7 +72,7 @@ def check_programs_per_sm(programs_per_sm, count: int = 0, seed: int | None = No
     ``count`` random cases over the GPUs of :data:`GPUS`."""
     import random
 
-    from .benchmarking import _fmt, call, require_function
+    from .functions import _fmt, call, require_function
 
     require_function(programs_per_sm, PROGRAMS_PER_SM)
     seed = fresh_seed() if seed is None else seed
