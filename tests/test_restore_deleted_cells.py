@@ -17,7 +17,7 @@ from nbgrader.preprocessors import OverwriteCells
 from nbformat.v4 import new_code_cell
 
 from course import Course
-from tritoncourse.grading import isolated, nbgrader_plugin
+from tritoncourse.grading import isolated, restore
 from tritoncourse.grading.isolated import Outcome, is_kernel_test
 from tritoncourse.grading.nbgrader_plugin import IsolatedKernelTests, RestoreDeletedCells
 
@@ -125,7 +125,7 @@ def test_an_unreadable_gradebook_keeps_the_notebook_and_grades_it(course, monkey
     def no_gradebook(*args, **kwargs):
         raise OSError("injected: database is locked")
 
-    monkeypatch.setattr(nbgrader_plugin, "Gradebook", no_gradebook)
+    monkeypatch.setattr(restore, "Gradebook", no_gradebook)
     learner = _learner(course)
     before = nbformat.from_dict(json.loads(json.dumps(learner)))
     nb, resources = _restore(course, learner)

@@ -9,9 +9,10 @@ classmate's grade. Such a notebook is refused: it scores 0, with a message that 
 target is read into grading.
 
 Both graders use :func:`refusal`: plain ``nbgrader autograde`` through the course's preprocessors
-(``nbgrader_plugin.RestoreDeletedCells`` and ``ResilientExecute``), ``python -m tritoncourse grade`` when it lays
-out each learner's private copy (``classroom/tasks.py``: ``prepare``), where a refused notebook becomes the
-placeholder :func:`refused_notebook`, which the private grading fails with the same message.
+(``restore.RestoreDeletedCells`` and ``execute.ResilientExecute``, through ``submission.submission_refusal``),
+``python -m tritoncourse grade`` when it lays out each learner's private copy (``classroom/tasks.py``:
+``prepare``), where a refused notebook becomes the placeholder :func:`refused_notebook`, which the private grading
+fails with the same message.
 """
 from __future__ import annotations
 
