@@ -269,13 +269,15 @@ def course(tmp_path_factory, leak):
 
 # ------------------------------------------------------------------ loading a page and looking for marks
 
-def probe(url: str, leak: LeakServer, same_origin_ok=lambda path: True, act=None, login: str | None = None) -> dict:
+def probe(url: str, leak: LeakServer, same_origin_ok=lambda path: True, act=None, login: str | None = None,
+          storage_state: dict | None = None) -> dict:
     """Load ``url`` in headless Chromium and report what ran and what was requested.
 
     Every request is recorded; requests to the test's server go through (so that it records them), MathJax's
     CDN and every other host are answered 404 / aborted (offline). After the load, every ``javascript:`` link
     still in the page is clicked. ``act(page)`` may then do more in the page (e.g. grade). ``login``: a URL
-    loaded first (Jupyter's token login, which sets the session cookie for the whole server)."""
+    loaded first (Jupyter's token login, which sets the session cookie for the whole server); ``storage_state``: a
+    logged-in Playwright context's cookies (tests/test_hub.py: the instructor's JupyterHub log-in)."""
     from playwright.sync_api import sync_playwright
 
     page_origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
@@ -285,7 +287,7 @@ def probe(url: str, leak: LeakServer, same_origin_ok=lambda path: True, act=None
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page = browser.new_page(viewport={"width": 1200, "height": 900}, storage_state=storage_state)
             page.set_default_timeout(20_000)
             page.on("pageerror", lambda err: errors.append(str(err)))
 
