@@ -292,3 +292,34 @@ def test_programs_per_sm_passes_correct_functions_and_names_each_slip():
     check_programs_per_sm(unrounded, known_only=True)
     _fails(check_programs_per_sm, unrounded, 0, 1, match="rounded up")
 
+
+
+# ---- issue 32: the GPUs' numbers and the timers have owners of their own ----------------------------------------
+def test_widgets_and_tools_import_no_checks_module_and_no_check_owns_a_gpu_table_or_timer():
+    """The GPUs' tables live in tritoncourse/gpus.py and the timers in tritoncourse/benchmarking.py: the widgets and
+    the tools import neither from a checks module, and no checks module defines a GPU table or a timer of its own.
+    Every checks module stays under 400 lines (one concern each)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    importers = sorted((root / "tritoncourse" / "widgets").glob("*.py")) + sorted((root / "tools").glob("*.py"))
+    found = []
+    for path in importers:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] + [a.name for a in node.names] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(n == "checks" or ".checks" in n or n.startswith("checks") for n in names):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "widgets and tools import from a checks module:\n" + "\n".join(found)
+    owned = set(vars(gpus)) | {"cpu_do_bench", "steady_do_bench", "set_tuning_timer", "STEADY_WARMUP_MS"}
+    owned = {n for n in owned if not n.startswith("_") and n not in {"annotations", "math", "dataclass"}}
+    defined = []
+    for path in sorted((root / "tritoncourse" / "checks").glob("*.py")):
+        lines = path.read_text().count("\n")
+        assert lines <= 400, f"{path.relative_to(root)} has {lines} lines: split it by concern"
+        for node in ast.parse(path.read_text()).body:
+            targets = ([t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign)
+                       else [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else [])
+            defined += [f"{path.name}: {n}" for n in targets if n in owned or "do_bench" in n]
+    assert not defined, f"checks modules define what gpus.py or benchmarking.py own: {defined}"
