@@ -6,9 +6,9 @@
 # judge and the sandboxed runner, compute-sanitizer on, no nbgrader), ref (every source notebook's kernel tests,
 # hidden cases included, through `python -m tritoncourse check`: judge and runner unsandboxed), dist (tests/test_distributed.py -k gpu), hog (the hostile memory hog, both
 # graders), cg (the sandbox's own tests and the memfd/tmpfs hogs under both graders: its cgroup on this machine), ln (phase 6 LayerNorm re-recorded, on an H200 only),
-# soak (tests/test_soak.py on Triton's interpreter: SOAK (500) phase-1 notebooks from SOAK_OFFSET (0), half by SOAK_SHARDS
+# soak (tests/test_soak.py on Triton's interpreter: SOAK (250) phase-1 notebooks from SOAK_OFFSET (0), half by SOAK_SHARDS
 # (nproc/2) plain nbgrader runs, half by grade --jobs SOAK_SHARDS, all at once, each run bounded by the time left; leaves
-# $OUT/soak-summary.json). FIXTURES overrides the fixtures graded, SHARDS (3) the
+# $OUT/soak-summary.json; 500 notebooks are two calls, SOAK_OFFSET=0 and SOAK_OFFSET=250). FIXTURES overrides the fixtures graded, SHARDS (3) the
 # course copies a phase is split over; TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners.
 # usage: bash tools/device-queue.sh BUDGET suite...   e.g. PAR=3 bash tools/device-queue.sh 560 g04 g05 g06 dist
 set -u
@@ -44,8 +44,8 @@ start() {
     dist) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider -s tests/test_distributed.py -k gpu > $L/$s.log 2>&1 ;;
     hog) TRITONCOURSE_HOSTILE_FIXTURES=hostile_memory_hog timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider \
       tests/test_sandbox.py -k "memory_hog or learners_before or course_tree or forged or nothing_is_left or ends_in_time" > $L/$s.log 2>&1 ;;
-    soak) TRITON_INTERPRET=1 TRITONCOURSE_SOAK=${SOAK:-500} TRITONCOURSE_SOAK_OFFSET=${SOAK_OFFSET:-0} \
-          TRITONCOURSE_SOAK_SHARDS=${SOAK_SHARDS:-$(( $(nproc) / 2 ))} TRITONCOURSE_SOAK_RUN_BOUND=$(( t - 75 )) \
+    soak) TRITON_INTERPRET=1 TRITONCOURSE_SOAK=${SOAK:-250} TRITONCOURSE_SOAK_OFFSET=${SOAK_OFFSET:-0} \
+          TRITONCOURSE_SOAK_SHARDS=${SOAK_SHARDS:-$(( $(nproc) / 2 ))} TRITONCOURSE_SOAK_RUN_BOUND=$(( t - 120 )) \
           TRITONCOURSE_SOAK_SUMMARY=$OUT/soak-summary.json TRITONCOURSE_SOAK_LOGS=$L/soak timeout -s INT -k 15 $t \
           python3 -m pytest -v -rA -s -p no:cacheprovider tests/test_soak.py > $L/$s.log 2>&1 ;;
     ln) if nvidia-smi -L | grep -q H200; then timeout -s INT 80 python3 tools/gpu_check.py --bench --sections layer_norm --repeats 5 --out /tmp/gc \
