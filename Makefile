@@ -106,8 +106,11 @@ lab: venv notebooks
 system-deps:
 	@bash tools/system-deps.sh
 
+# The whole suite on TEST_JOBS pytest-xdist workers: most of its time is gradings waiting on time limits and
+# servers starting, so more workers than cores pay (tests/scheduling.py groups the tests; TEST_JOBS=0: one process).
+TEST_JOBS ?= 4
 test: system-deps venv
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q $$([ "$(TEST_JOBS)" != 0 ] && echo "-n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder") --durations=25
 
 # The inner loop: everything but the slow tiers (real nbgrader autograde, every fixture judged, browser, Docker).
 test-fast: system-deps venv

@@ -10,6 +10,7 @@ kernel (it only waits for time limits) are in the classroom's class only (``seri
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import subprocess
@@ -236,3 +237,19 @@ def grade_baseline(path: Path) -> Baseline:
         nbgrader_frozen("autograde", assignment, "--force", f"--IsolatedKernelTests.timeout_factor={TIMEOUT_FACTOR}",
                         f"--ResilientExecute.timeout={CELL_TIMEOUT}", cwd=c.path)
     return Baseline(c, learners, time.monotonic() - start)
+
+
+def shared_baseline(folder: Path) -> Baseline:
+    """The baseline graded once into ``folder`` for every pytest-xdist worker of a run: the first to ask grades
+    it under a file lock and records its time; the others wait, then read the same course."""
+    from filelock import FileLock
+
+    folder.mkdir(parents=True, exist_ok=True)
+    done = folder / "done.json"
+    with FileLock(str(folder / "lock")):
+        if not done.exists():
+            b = grade_baseline(folder / "course")
+            done.write_text(json.dumps({"seconds": b.seconds}))
+            return b
+    c = Course.existing(folder / "course")
+    return Baseline(c, build_class(c), json.loads(done.read_text())["seconds"])

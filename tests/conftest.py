@@ -8,6 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import scheduling  # noqa: E402
 from tritoncourse.device import setup_device  # noqa: E402
 
 DEVICE = setup_device()
@@ -20,16 +21,26 @@ SLOW_MODULES = {"test_grading", "test_verdicts", "test_judge", "test_sandbox", "
                 "test_links", "test_restore_deleted_cells", "test_resilient_execute", "test_destructive_steps"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+    if getattr(config.option, "dist", "no") != "no":  # make test: pytest-xdist workers (tests/scheduling.py)
+        names = scheduling.groups(items)
+        for i, item in enumerate(items):
+            if names[i]:
+                item.add_marker(pytest.mark.xdist_group(names[i]))
+        items[:] = scheduling.order(items, names)
 
 
 @pytest.fixture(scope="session")
 def serial_baseline(tmp_path_factory):
     """Phase 1's class graded once by plain serial `nbgrader autograde` (tests/baseline.py): the grades the
     classroom, Dask, PostgreSQL, Slurm and container gradings must equal."""
-    from baseline import grade_baseline
+    from baseline import grade_baseline, shared_baseline
 
-    return grade_baseline(tmp_path_factory.mktemp("serial-baseline") / "course")
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return grade_baseline(tmp_path_factory.mktemp("serial-baseline") / "course")
+    # Under pytest-xdist: graded once for all workers, by whichever asks first (the others wait for it).
+    return shared_baseline(tmp_path_factory.getbasetemp().parent / "serial-baseline")

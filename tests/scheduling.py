@@ -1,0 +1,81 @@
+"""How `make test` spreads the suite over pytest-xdist workers (``-n N --dist loadgroup``).
+
+Each test gets an ``xdist_group``: tests that share a module- or session-scoped fixture of their module (a class
+graded once, a hub, an image) run on one worker, so that fixture is made once; tests parametrized by
+``assignment`` are grouped per phase (test_grading's and test_verdicts' fixtures make each phase on demand). A test
+that uses no such fixture is scheduled on its own. Groups start longest first (longest-processing-time scheduling), from the
+seconds in tests/durations.json (a measured run; unknown tests count 1 s), so the long gradings overlap instead
+of ending the run alone. The serial baseline, shared across modules, is made once for all workers
+(conftest.py's ``serial_baseline``, under a file lock).
+
+Without xdist (plain ``pytest``, ``make test-fast``) nothing here changes the order or the tests.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+# Session fixtures shared across modules through a file lock (conftest.py), not a reason to group tests.
+SHARED = {"serial_baseline"}
+
+
+def _module(item) -> str:
+    return item.module.__name__.rsplit(".", 1)[-1]
+
+
+def _own_fixtures(item) -> list[str]:
+    """The module- or session-scoped fixtures of the test's own module that the test uses."""
+    info = getattr(item, "_fixtureinfo")
+    autouse = set(info.initialnames) - set(info.argnames)  # cheap checks every test of a module runs
+    out = []
+    for name, defs in info.name2fixturedefs.items():
+        d = defs[-1]
+        if name in SHARED or name in autouse or d.scope not in ("module", "session", "package"):
+            continue
+        if getattr(d.func, "__module__", "").rsplit(".", 1)[-1] == _module(item):
+            out.append(name)
+    return out
+
+
+def groups(items) -> dict[int, str | None]:
+    """A group name for each item (by index): connected components of 'uses the same module fixture'; None for
+    a test that uses none (it is scheduled on its own)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    keys = {}
+    for i, item in enumerate(items):
+        mod = _module(item)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        phase = params.get("assignment")
+        nodes = [f"{mod}:{name}" + (f"[{phase}]" if phase else "") for name in _own_fixtures(item)]
+        if not nodes:
+            keys[i] = None
+            continue
+        for n in nodes[1:]:
+            parent[find(n)] = find(nodes[0])
+        keys[i] = nodes[0]
+    return {i: (find(k) if k else None) for i, k in keys.items()}
+
+
+def order(items, names: dict[int, str]) -> list:
+    """Items grouped, longest group first; the order inside a group (and so fixture set-up) is kept."""
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    cost: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        g = names[i] or item.nodeid
+        names[i] = g if names[i] else None
+        cost[g] = cost.get(g, 0.0) + float(seconds.get(item.nodeid, 1.0))
+        first.setdefault(g, i)
+    def key(p):
+        g = names[p[0]] or p[1].nodeid
+        return -cost[g], first[g], p[0]
+
+    return [item for item in (p[1] for p in sorted(enumerate(items), key=key))]
