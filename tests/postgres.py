@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from servers import free_port  # noqa: F401  (tests/slurm.py takes it from here)
 
 
 class PostgresMissing(RuntimeError):
@@ -20,12 +21,6 @@ def pg_bin(name: str) -> str | None:
     """A server binary of the newest PostgreSQL Debian installed (they are not on PATH there)."""
     found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), key=lambda p: int(p.parts[-3]))
     return str(found[-1]) if found else shutil.which(name)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -1,9 +1,17 @@
-"""What the browser tests share about the servers they start (JupyterLab, Jupyter Server, JupyterHub)."""
+"""What the tests share about the servers they start (JupyterLab, Jupyter Server, JupyterHub, PostgreSQL, Slurm)."""
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from typing import Callable
+
+
+def free_port() -> int:
+    """A loopback port no process listens on now (the servers of parallel test workers never share one)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_until_answers(probe: Callable[[], object], proc: subprocess.Popen, timeout: float, what: str,

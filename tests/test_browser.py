@@ -20,7 +20,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from servers import wait_until_answers
+from servers import free_port, wait_until_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE = ROOT / "release"
@@ -85,12 +84,6 @@ def learner_notebook(phase: str, release: Path | None = None, source: Path | Non
             replaced += 1
     assert replaced == len(solutions), f"release/{phase} lacks solution cells of source/{phase}"
     return nb
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def learner_jupyter_settings() -> tuple[list[str], list[str], dict]:
@@ -155,7 +148,7 @@ class JupyterLab(KernelWaits):
     """``jupyter lab`` from this interpreter's environment, on 127.0.0.1, a free port and a token."""
 
     def __init__(self, course: Path, tmp: Path):
-        self.port = _free_port()
+        self.port = free_port()
         self.token = secrets.token_hex(16)
         self.log_path = tmp / "jupyterlab.log"
         bin_dir = Path(sys.executable).parent

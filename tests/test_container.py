@@ -29,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -42,6 +41,7 @@ import nbformat
 import pytest
 
 from course import SUBMISSIONS, Fixture, gradebook_rows, graded_test_ids
+from servers import free_port
 from test_browser import KernelWaits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -313,19 +313,13 @@ def test_course_check_all_passes_in_the_cpu_image(cpu_image, tmp_path):
 
 # ---- lab-cpu through the compose file, in the browser ----
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ComposeLab(KernelWaits):
     """`docker-compose --profile cpu up -d lab-cpu` in a course folder: the same interface as
     tests/test_browser.py's JupyterLab (base, token, api, wait_kernel_idle, log)."""
 
     def __init__(self, course: Path):
         self.course = course
-        self.port = _free_port()
+        self.port = free_port()
         self.project = f"tctest{os.getpid()}"
         self.env = dict(os.environ, JUPYTER_PORT=str(self.port), HOST_UID=str(HOST_UID), HOST_GID=str(HOST_GID))
         # The image's own health check, polled every 2 s rather than every 30 s (an override of the timing only).
