@@ -46,8 +46,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
-from servers import wait_until_answers
-from test_browser import CHROMIUM, CHROMIUM_ARGS, _free_port, _requirements_or_fail
+from servers import free_port, wait_until_answers
+from test_browser import CHROMIUM, CHROMIUM_ARGS, _requirements_or_fail
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "ps1"
@@ -481,7 +481,7 @@ class Formgrader:
     """``jupyter server`` with nbgrader's formgrader extension, on 127.0.0.1, serving the course directory."""
 
     def __init__(self, course: Path, tmp: Path):
-        self.port = _free_port()
+        self.port = free_port()
         self.token = os.urandom(16).hex()
         self.log_path = tmp / "formgrader.log"
         config = tmp / "jupyter-config"
