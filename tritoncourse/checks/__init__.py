@@ -11,18 +11,9 @@ from ..checking import KernelCheckError, stage
 
 
 def _kernel_types() -> tuple[type, ...]:
-    from triton.runtime.jit import JITFunction
+    from ..grading.rpc import RemoteJit, jit_types  # jit_types: Triton's own kernel classes, one home for both sides
 
-    from ..grading.rpc import RemoteJit
-
-    kinds: list[type] = [JITFunction, RemoteJit]  # RemoteJit: the learner's kernel, in the runner process
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-
-        kinds.append(InterpretedFunction)
-    except ImportError:  # pragma: no cover - older triton
-        pass
-    return tuple(kinds)
+    return (*jit_types(), RemoteJit)  # RemoteJit: the learner's kernel, in the runner process
 
 
 def require_triton_kernel(kernel, name: str) -> None:
