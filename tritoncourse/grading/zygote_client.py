@@ -1,0 +1,157 @@
+"""The processes of a kernel test, as the grader drives them: the client of a warm zygote (zygote.py) that forks
+one child per test, this process's warm zygotes, and :class:`_Child`, a judge or a runner polled and killed the
+same way whether a zygote forked it or it runs as a plain fresh process (in the sandbox or not).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ZYGOTE = Path(__file__).with_name("zygote.py")
+
+
+class _Zygote:
+    """Client of zygote.py: one warm process per grader, forking a fresh child for every test."""
+
+    def __init__(self, sandbox=None):
+        cmd = [sys.executable, "-I", "-B", str(ZYGOTE)]
+        self.sandbox = sandbox
+        if sandbox is not None:  # the zygote and every test it forks run inside the learner's sandbox
+            cmd = sandbox.argv(cmd, extra_env={"TRITON_INTERPRET": "1"})
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        if sandbox is not None:
+            sandbox.watch(self.proc.pid)
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.replies: dict[str, dict] = {}
+        self.changed = threading.Condition(self.lock)
+        first = self.proc.stdout.readline()
+        if not first or not json.loads(first).get("ready"):
+            raise RuntimeError("the test zygote did not start")
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in self.proc.stdout:
+                msg = json.loads(line)
+                with self.changed:
+                    self.replies.setdefault(msg["id"], {}).update(msg)
+                    self.changed.notify_all()
+        finally:  # the zygote is gone (or talks nonsense): wake everybody, who then run without it
+            if self.proc.poll() is None:
+                self.proc.kill()
+            with self.changed:
+                self.replies["dead"] = {}
+                self.changed.notify_all()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and "dead" not in self.replies
+
+    def start(self, workdir: str, env: dict, out: str, entry: str = "runner") -> str:
+        """Fork a child running ``entry`` in ``workdir``; its id for :meth:`poll` and :meth:`kill`."""
+        with self.lock:
+            if "dead" in self.replies:
+                raise RuntimeError("the test zygote died")
+            self.next_id += 1
+            rid = str(self.next_id)
+            self.proc.stdin.write((json.dumps({"id": rid, "workdir": workdir, "env": env, "out": out,
+                                               "entry": entry}) + "\n").encode())
+            self.proc.stdin.flush()
+        return rid
+
+    def poll(self, rid: str) -> int | str | None:
+        """The child's exit code (negative: a signal), None while it runs, "lost" when the zygote died first."""
+        with self.lock:
+            reply = self.replies.get(rid, {})
+            if "exit" in reply:
+                return reply["exit"]
+            return "lost" if "dead" in self.replies else None
+
+    def kill(self, rid: str) -> None:
+        """Kill the child and its session (in a sandbox only the zygote can: pids are its PID namespace's)."""
+        with contextlib.suppress(OSError, ValueError), self.lock:
+            self.proc.stdin.write((json.dumps({"kill": rid}) + "\n").encode())
+            self.proc.stdin.flush()
+        pid = self.replies.get(rid, {}).get("pid")
+        if self.sandbox is None and pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.close()
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+_zygotes: dict[str, _Zygote] = {}
+_zygote_lock = threading.Lock()
+
+
+def _warm_zygote(entry: str = "runner") -> _Zygote | None:
+    """This process's warm zygote for ``entry`` (started on first use, unsandboxed), or None where forking is not
+    used. Grading gives the runner a zygote inside the learner's sandbox instead (IsolatedKernelTests)."""
+    if os.environ.get("TRITONCOURSE_ZYGOTE", "1") == "0":
+        return None
+    with _zygote_lock:
+        z = _zygotes.get(entry)
+        if z is None or not z.alive():
+            try:
+                z = _zygotes[entry] = _Zygote()
+            except (OSError, RuntimeError, ValueError):
+                return None
+        return z
+
+class _Child:
+    """A judge or a runner: a zygote's child or a plain process, polled and killed the same way."""
+
+    def __init__(self, cmd, cwd, env, out: Path, entry: str, zygote: _Zygote | None, sandbox=None):
+        self.zygote, self.rid, self.proc, self.sandbox = None, None, None, sandbox
+        if zygote is not None:
+            try:
+                self.rid = zygote.start(str(cwd), env, str(out), entry)
+                self.zygote = zygote
+                return
+            except (RuntimeError, OSError, ValueError):  # no zygote, or it died: a plain fresh process
+                pass
+        self._out = open(out, "wb")
+        if sandbox is not None and sandbox.uid is not None:
+            os.chown(out, sandbox.uid, sandbox.uid)
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env if sandbox is None else None, stdin=subprocess.DEVNULL,
+                                     stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
+        if sandbox is not None:
+            sandbox.watch(self.proc.pid)
+
+    def poll(self):
+        """Exit code (negative: a signal), None while running, "lost" when its zygote died under it."""
+        if self.zygote is not None:
+            return self.zygote.poll(self.rid)
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        if self.zygote is not None:
+            self.zygote.kill(self.rid)
+        elif self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def wait(self, seconds: float):
+        deadline = time.monotonic() + seconds
+        while (code := self.poll()) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return code
+
+    def close(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(Exception):
+                self.proc.wait(timeout=10)
+            self._out.close()
