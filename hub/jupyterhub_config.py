@@ -29,6 +29,13 @@ c.PAMAuthenticator.allowed_groups = {s["learners_group"]}
 c.Authenticator.admin_users = set()  # hub administration stays with root's command line
 c.PAMAuthenticator.open_sessions = False  # jupyterhub's default since 2.2; said here because it matters
 
+# ---- root's scripts: a service whose token (<state>/api-token, root only) may add users to the hub's list, and start
+# and stop their servers, through the hub's REST API (docs/JUPYTERHUB.md); it cannot use their servers or files ----------
+with open(os.path.join(state, "api-token")) as _f:
+    c.JupyterHub.services = [{"name": "tritonhub-admin", "api_token": _f.read().strip()}]
+c.JupyterHub.load_roles = [{"name": "tritonhub-admin", "services": ["tritonhub-admin"],
+                            "scopes": ["admin:users", "list:users", "read:users", "read:servers", "servers"]}]
+
 # ---- each user's JupyterLab, as that user, from the course's environment ----------------------------------------------
 c.JupyterHub.spawner_class = "localprocess"
 c.Spawner.cmd = [os.path.join(s["venv"], "bin", "jupyterhub-singleuser")]

@@ -16,10 +16,13 @@ What set-up makes (each step skipped when already there):
 - a Unix group for the learners (the hub lets in only its members and the instructor);
 - nbgrader's exchange (``--exchange``, mode 1777: written by everyone, nothing removable by others);
 - Jupyter configuration for two roles (``<state>/etc/{learner,instructor}``, chosen per user at spawn): learners
-  get the Assignment List and Validate, not Formgrader, Create Assignment or the Course List; the instructor's
+  get the Assignment List and Validate, not Formgrader, Create Assignment or the Course List, and submit through
+  hub/checked_submit.py (copied beside their nbgrader_config.py: a clear refusal of what cannot be graded, all or
+  nothing into the exchange); the instructor's
   nbgrader configuration loads the course's own nbgrader_config.py, so Formgrader's buttons grade through the
   course's sandboxed grader;
-- ``<state>/settings.json``, read by hub/jupyterhub_config.py.
+- ``<state>/settings.json``, read by hub/jupyterhub_config.py, and ``<state>/api-token`` (root only): root's scripts'
+  token for the hub's REST API (add users to the hub, start and stop their servers).
 """
 from __future__ import annotations
 
@@ -182,9 +185,14 @@ def write_role_configs(settings: Settings) -> None:
          "lockedExtensions": {n: True for n in LEARNER_LAB_OFF}}, indent=1))
     (learner / "jupyter_server_config.json").write_text(json.dumps(
         {"ServerApp": {"jpserver_extensions": {n: False for n in LEARNER_SERVER_OFF}}}, indent=1))
+    shutil.copy2(HUB / "checked_submit.py", learner / "checked_submit.py")
     (learner / "nbgrader_config.py").write_text(
-        "# The learner's nbgrader: the course's exchange; Validate runs each kernel test in a fresh process\n"
-        "c = get_config()  # noqa: F821\n" + exchange + "c.Execute.timeout = 300\n")
+        "# The learner's nbgrader: the course's exchange; Validate runs each kernel test in a fresh process; Submit\n"
+        "# refuses what cannot be graded and hands in all or nothing (checked_submit.py, beside this file)\n"
+        "import sys\n"
+        f"sys.path.insert(0, {str(learner)!r})\n"
+        "c = get_config()  # noqa: F821\n" + exchange + "c.Execute.timeout = 300\n"
+        "c.ExchangeFactory.submit = 'checked_submit.CheckedSubmit'\n")
     instructor = role_dir(settings, "instructor")
     instructor.mkdir(parents=True, exist_ok=True)
     course = settings.course_dir
@@ -212,6 +220,10 @@ def setup(settings: Settings) -> None:
     elif not (Path(settings.venv) / "bin" / "jupyterhub-singleuser").exists():
         sys.exit(f"{settings.venv} has no jupyterhub-singleuser: pip install -r requirements/hub.txt into it")
     ensure_group(settings.learners_group)
+    token = state / "api-token"  # root's scripts' token for the hub's REST API (hub/jupyterhub_config.py)
+    if not token.exists():
+        token.touch(mode=0o600)
+        token.write_text(secrets.token_hex(32) + "\n")
     password = None
     if not user_exists(settings.instructor):
         password = secrets.token_urlsafe(12)
@@ -258,7 +270,8 @@ def add_users(settings: Settings, roster: Path) -> None:
     if os.geteuid() != 0:
         sys.exit("tritonhub users runs as root")
     made_passwords = []
-    for row in read_roster(roster):
+    rows = read_roster(roster)
+    for row in rows:
         name = row["id"]
         if user_exists(name) and settings.learners_group not in groups_of(name):
             sys.exit(f"{name} is an existing account outside {settings.learners_group}: not taken over")
@@ -267,10 +280,20 @@ def add_users(settings: Settings, roster: Path) -> None:
             password = secrets.token_urlsafe(9)
             made_passwords.append((name, password))
         made = add_account(name, [settings.learners_group], password)
-        as_user(settings.instructor, ["nbgrader", "db", "student", "add", name, f"--first-name={row.get('first_name', '')}",
-                                      f"--last-name={row.get('last_name', '')}", f"--email={row.get('email', '')}",
-                                      "--log-level=WARN"], settings, cwd=settings.course_dir)
         print(f"tritonhub: {'added' if made else 'updated'} {name}")
+    # the gradebook's students, in one nbgrader command (one per learner took a second or more each)
+    students = Path(settings.course_dir) / ".tritonhub-students.csv"
+    with open(students, "w", newline="") as f:
+        out = csv.DictWriter(f, ["id", "first_name", "last_name", "email"], extrasaction="ignore")
+        out.writeheader()
+        out.writerows({k: row.get(k, "") for k in out.fieldnames} for row in rows)
+    pw = pwd.getpwnam(settings.instructor)
+    os.chown(students, pw.pw_uid, pw.pw_gid)
+    try:
+        as_user(settings.instructor, ["nbgrader", "db", "student", "import", str(students), "--log-level=WARN"],
+                settings, cwd=settings.course_dir)
+    finally:
+        students.unlink()
     if made_passwords:
         out = Path(settings.state) / "passwords.csv"
         with open(out, "a", newline="") as f:

@@ -1,12 +1,19 @@
 """The course on JupyterHub (issue 30), as people use it, in headless Chromium: hub/ set up by hub/tritonhub.py,
-PAM log-ins of throw-away Unix accounts, each user's JupyterLab as that user, nbgrader's exchange.
+PAM log-ins of throw-away Unix accounts, each user's JupyterLab as that user, nbgrader's exchange (tests/hub_env.py).
 
-Learner A fetches 01_vector_add in the Assignment List, fills it with the reference solution and submits; learner B
-submits a wrong kernel (tests/submissions/01_vector_add/wrong_no_mask.py); the instructor collects and autogrades
-in Formgrader (its own browser tab: JupyterHub >= 4.1 forbids Formgrader's iframe), grades the key question, and
-generates and releases feedback; A fetches the feedback, which shows no hidden test line. Every test's score of A
-and B equals the one serial `nbgrader autograde` gives in a course copy of the test's own. The separation between
+In the browser: learner A fetches 01_vector_add in the Assignment List, fills it with the reference solution and
+submits; learner B submits the reference, then a wrong kernel (tests/submissions/01_vector_add/wrong_no_mask.py):
+the latest is collected and graded; hostile learner C submits the reference kernel with tests/hostile's gradebook
+forger and secrets reader and test_inert_pages's payloads (tests/hub_learners.py). The instructor collects and
+autogrades in Formgrader (its own browser tab: JupyterHub >= 4.1 forbids Formgrader's iframe), grades the key
+question, finds Formgrader's page for C inert, and generates and releases feedback; A fetches the feedback, which
+shows no hidden test line. Every test's score of A and B equals the one serial `nbgrader autograde` gives in a
+course copy of the test's own; C keeps the reference's points and changed nothing else. The separation between
 users is checked as learner A's own processes. Screenshots: tests/artifacts/hub/.
+
+Without the browser, on the same hub: learner D's bad input through nbgrader's own commands as D (another
+assignment's notebook, a text file, a notebook with a file beside it, a submission while the hub stops D's server),
+and 30 learners added from a roster submitting at once (tests/hub_learners.py's markers say whose each is).
 
 Root only (it makes Unix accounts, named th<random>-*, and deletes only those); needs configurable-http-proxy
 (`bash tools/system-deps.sh hub`), Debian's chromium and playwright (as tests/test_browser.py). The hub's servers
@@ -16,219 +23,40 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import pwd
 import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from course import SUBMISSIONS, Course, Fixture
-from servers import wait_until_answers
+from hub_env import PHASE, Hub, running_hub
+from hub_learners import hostile_learner, marked_notebook, owner_of
 from test_browser import CHROMIUM, CHROMIUM_ARGS, learner_notebook
+from test_inert_pages import LeakServer, _formgrader_paths, assert_inert, probe
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts" / "hub"
-PHASE = "01_vector_add"
 WRONG = "wrong_no_mask"
 KEY_QUESTION, KEY_POINTS = "mask_question", 2
-PORTABLE = Path("/opt/tritonhub-test")  # this interpreter, copied where every user may run it (kept between runs)
+LOAD_LEARNERS = 30
 
 pytestmark = pytest.mark.slow
 
 
-def _skip_unless_possible() -> str:
-    if sys.platform != "linux" or os.geteuid() != 0:
-        pytest.skip("the hub test makes Unix accounts and spawns servers as them: Linux and root only (CI is root)")
-    chp = shutil.which("configurable-http-proxy")
-    if not chp:
-        pytest.skip("configurable-http-proxy (npm) is not installed: `bash tools/system-deps.sh hub` installs it")
-    if not (Path(CHROMIUM).exists() and shutil.which("useradd") and shutil.which("chpasswd")):
-        pytest.skip(f"needs {CHROMIUM}, useradd and chpasswd (tools/system-deps.sh)")
-    if not (Path(sys.executable).parent / "jupyterhub-singleuser").exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(ROOT / "requirements" / "hub.txt")],
-                       check=True)
-    return chp
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-
-
-# ------------------------------------------------------------------ an environment every user can run
-
-def portable_venv() -> Path:
-    """A venv usable by every user: this interpreter's installation copied under /opt (without its site-packages),
-    .venv's packages hard-linked into it, and .venv's console scripts with this venv's interpreter."""
-    base = PORTABLE / "python"
-    if not (base / "bin" / "python3").exists():
-        src = Path(sys.base_prefix)
-        tmp = PORTABLE / "python.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp, symlinks=True, ignore=lambda d, names: [
-            n for n in names if n in ("__pycache__", "test") or (n == "site-packages" and Path(d).name.startswith("python"))])
-        _runpath_to_origin(tmp, src)
-        tmp.rename(base)
-    venv = PORTABLE / "venv"
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([str(base / "bin" / "python3"), "-m", "venv", "--without-pip", str(venv)], check=True)
-    course_venv = Path(sys.prefix)
-    site = course_venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    # .venv's packages and Jupyter files, hard-linked (instant, no copy) inside this venv: the grading sandbox shows
-    # a runner only its environment's own folders
-    for shared in (site.relative_to(course_venv), Path("etc"), Path("share")):  # share/jupyterhub: its templates
-        (venv / shared).parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(venv / shared, ignore_errors=True)
-        subprocess.run(["cp", "-al", str(course_venv / shared), str(venv / shared)], check=True)
-    for script in (course_venv / "bin").iterdir():
-        if script.is_file() and not script.is_symlink():
-            head, _, rest = script.read_bytes().partition(b"\n")
-            if head.startswith(b"#!") and b"python" in head and not (venv / "bin" / script.name).exists():
-                (venv / "bin" / script.name).write_bytes(b"#!" + str(venv / "bin" / "python").encode() + b"\n" + rest)
-                (venv / "bin" / script.name).chmod(0o755)
-    for path in [PORTABLE, *PORTABLE.parents]:
-        if path != Path("/") and not (path.stat().st_mode & 0o001):
-            raise AssertionError(f"{path} is not searchable by other users")
-    return venv
-
-
-def _runpath_to_origin(copy: Path, src: Path) -> None:
-    """A copied interpreter whose RUNPATH names the original's lib/ (pyenv builds: /root/..., unreadable to others)
-    finds the copy's libpython instead: the path is overwritten in place by $ORIGIN/../lib, padded with NULs."""
-    old = str(src / "lib").encode() + b"\0"
-    new = b"$ORIGIN/../lib"
-    for exe in (copy / "bin").glob("python3*"):
-        if exe.is_symlink() or not exe.is_file():
-            continue
-        data = exe.read_bytes()
-        if data.count(old) == 1 and len(new) < len(old):
-            exe.write_bytes(data.replace(old, new.ljust(len(old), b"\0")))
-
-
-# ------------------------------------------------------------------ the hub and its accounts
-
-class Hub:
-    def __init__(self, scratch: Path, chp: str):
-        self.prefix = "th" + secrets.token_hex(3)
-        self.instructor = f"{self.prefix}-instr"
-        self.learners = {k: f"{self.prefix}-{k}" for k in ("a", "b")}
-        self.passwords = {name: secrets.token_urlsafe(12) for name in [self.instructor, *self.learners.values()]}
-        self.scratch, self.state = scratch, scratch / "state"
-        self.port = _free_port()
-        self.venv = portable_venv()
-        self.tool = [sys.executable, str(ROOT / "hub" / "tritonhub.py")]
-        self.args = ["--state", str(self.state)]
-        self.made_users: list[str] = []
-        self.proc = None
-        self.chp = chp
-
-    def setup(self) -> None:
-        scratch, chp = self.scratch, self.chp
-        setup = self.tool + ["setup", *self.args, "--existing-venv", "--venv", str(self.venv), "--exchange",
-                             str(scratch / "exchange"), "--instructor", self.instructor, "--learners-group",
-                             self.prefix, "--assignments", PHASE, "--chp", chp, "--port", str(self.port),
-                             "--hub-port", str(_free_port()), "--proxy-api-port", str(_free_port())]
-        self.made_users.append(self.instructor)
-        _run(setup)
-        subprocess.run(["chpasswd"], input=f"{self.instructor}:{self.passwords[self.instructor]}\n", text=True,
-                       check=True)
-        roster = scratch / "roster.csv"
-        roster.write_text("id,first_name,last_name,email,password\n" + "".join(
-            f"{n},Learner,{k.upper()},,{self.passwords[n]}\n" for k, n in self.learners.items()))
-        self.made_users += list(self.learners.values())
-        _run(self.tool + ["users", str(roster), *self.args])
-        self.settings = json.loads((self.state / "settings.json").read_text())
-        self.course = Path(pwd.getpwnam(self.instructor).pw_dir) / self.settings["course_id"]
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def as_user(self, user: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-        pw = pwd.getpwnam(user)
-        role = "instructor" if user == self.instructor else "learner"
-        env = {"PATH": f"{self.venv}/bin:/usr/bin:/bin", "HOME": pw.pw_dir, "USER": user, "LANG": "C.UTF-8",
-               "JUPYTER_CONFIG_PATH": str(self.state / "etc" / role)}
-        return subprocess.run(list(cmd), user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], cwd=pw.pw_dir, env=env,
-                              capture_output=True, text=True, check=check)
-
-    def start(self) -> None:
-        env = dict(os.environ, TRITONHUB_SETTINGS=str(self.state / "settings.json"),
-                   PATH=f"{self.venv}/bin:{os.environ.get('PATH', '')}")
-        self.log = open(self.scratch / "jupyterhub.log", "wb")
-        self.proc = subprocess.Popen([str(self.venv / "bin" / "jupyterhub"), "-f", str(ROOT / "hub" / "jupyterhub_config.py")],
-                                     cwd=self.state, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        wait_until_answers(lambda: urllib.request.urlopen(f"{self.base}/hub/api/", timeout=5).read(), self.proc, 90,
-                           "jupyterhub", self.log_text)
-
-    def log_text(self) -> str:
-        self.log.flush()
-        return (self.scratch / "jupyterhub.log").read_text(errors="replace")[-8000:]
-
-    def stop(self) -> None:
-        """The hub (which stops every user's server), then whatever the test's own accounts still run; then only
-        the accounts and group this test made."""
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        for user in self.made_users:
-            try:
-                pwd.getpwnam(user)
-            except KeyError:
-                continue
-            assert user.startswith(self.prefix + "-")
-            subprocess.run(["pkill", "-KILL", "-u", user], check=False)
-            time.sleep(0.2)
-            subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
-        subprocess.run(["groupdel", self.prefix], check=False, capture_output=True)
-
-    def pids_of(self, user: str) -> list[int]:
-        out = subprocess.run(["pgrep", "-u", user], capture_output=True, text=True).stdout
-        return [int(p) for p in out.split()]
-
-
-@pytest.fixture
+@pytest.fixture(scope="module")
 def hub():
-    chp = _skip_unless_possible()
-    scratch = Path(tempfile.mkdtemp(prefix="tritonhub-test-"))
-    scratch.chmod(0o711)
-    h = None
-    try:
-        h = Hub(scratch, chp)
-        h.setup()
-        h.as_user(h.instructor, "nbgrader", "release_assignment", PHASE, "--log-level=WARN")
-        h.start()
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    ARTIFACTS.mkdir(parents=True)
+    with running_hub(ARTIFACTS) as h:
         yield h
-    finally:
-        if h is not None:
-            (ARTIFACTS / "jupyterhub.log").parent.mkdir(parents=True, exist_ok=True)
-            if h.proc:
-                (ARTIFACTS / "jupyterhub.log").write_text(h.log_text())
-            h.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ what serial nbgrader gives
@@ -297,7 +125,9 @@ def rows(page, name: str, count: int):
     return items
 
 
-def learner_submits(browser, hub: Hub, key: str, nb, shot) -> None:
+def learner_submits(browser, hub: Hub, key: str, nbs: list, shot) -> None:
+    """The learner fetches in the Assignment List, then for each notebook of ``nbs`` in turn writes it (as the learner)
+    and presses Submit: one more submission listed each time."""
     user = hub.learners[key]
     context, page = login(browser, hub, user, lambda p, n: shot(p, f"{key}-{n}"))
     try:
@@ -305,18 +135,28 @@ def learner_submits(browser, hub: Hub, key: str, nb, shot) -> None:
         rows(page, "released", 1).first.locator(".item_status button").click()
         rows(page, "fetched", 1)
         shot(page, f"{key}-fetched")
-        home = Path(pwd.getpwnam(user).pw_dir)
-        target = home / PHASE / f"{PHASE}.ipynb"
+        target = hub.home(user) / PHASE / f"{PHASE}.ipynb"
         assert target.exists(), f"the fetch did not write {target}"
-        tmp = hub.scratch / f"{key}.ipynb"
-        nbformat.write(nb, tmp)
-        tmp.chmod(0o644)
-        hub.as_user(user, "cp", str(tmp), str(target))  # the learner's work, written as the learner
-        page.locator('#fetched_assignments_list .item_status button:text("Submit")').click()
-        rows(page, "submitted", 1)
+        for i, nb in enumerate(nbs):
+            tmp = hub.scratch / f"{key}-{i}.ipynb"
+            nbformat.write(nb, tmp)
+            tmp.chmod(0o644)
+            hub.as_user(user, "cp", str(tmp), str(target))  # the learner's work, written as the learner
+            page.locator('#fetched_assignments_list .item_status button:text("Submit")').click()
+            rows(page, "submitted", 1)  # one row per assignment, its submissions inside
+            deadline = time.monotonic() + 120
+            while len(learner_submissions(hub, user)) != i + 1:  # what the Assignment List lists
+                assert time.monotonic() < deadline, f"submission {i + 1} of {key} is not recorded"
+                time.sleep(0.5)
         shot(page, f"{key}-submitted")
     finally:
         context.close()
+
+
+def learner_submissions(hub: Hub, user: str) -> list[str]:
+    """The learner's record of its submissions (nbgrader's cache, which the Assignment List lists)."""
+    cache = hub.home(user) / ".local" / "share" / "jupyter" / "nbgrader_cache" / hub.settings["course_id"]
+    return sorted(p.name for p in cache.iterdir()) if cache.is_dir() else []
 
 
 def click_and_wait_modal(frame, selector: str, what: str, timeout_s: float = 600) -> str:
@@ -330,7 +170,9 @@ def click_and_wait_modal(frame, selector: str, what: str, timeout_s: float = 600
     return text
 
 
-def instructor_grades(browser, hub: Hub, shot) -> None:
+def instructor_grades(browser, hub: Hub, shot) -> dict:
+    """Collect, autograde, grade the key question, generate and release feedback, all in Formgrader; returns the
+    instructor's log-in (cookies)."""
     context, page = login(browser, hub, hub.instructor, lambda p, n: shot(p, f"instructor-{n}"))
     try:
         fg = f"{hub.base}/user/{hub.instructor}/formgrader"
@@ -342,8 +184,8 @@ def instructor_grades(browser, hub: Hub, shot) -> None:
         page.goto(f"{fg}/manage_submissions/{PHASE}")
         autograde = page.locator("td.autograde a")
         page.locator("td.student-id").first.wait_for()
-        assert autograde.count() == 2, page.inner_text("body")
-        for i in range(2):
+        assert autograde.count() == len(hub.learners) - 1, page.inner_text("body")  # A, B, C (D is tested apart)
+        for i in range(autograde.count()):
             click_and_wait_modal(page, f"tr:nth-child({i + 1}) td.autograde a", "autograde")
         shot(page, "instructor-autograded")
         submission = _submission_id(hub, hub.learners["a"])
@@ -360,6 +202,7 @@ def instructor_grades(browser, hub: Hub, shot) -> None:
             assert time.monotonic() < deadline, "Formgrader did not save the key question's points"
             time.sleep(1)
         shot(page, "instructor-key-question")
+        logged_in = context.storage_state()  # for the probe of C's page, in a browser of its own
         page.goto(f"{fg}/manage_assignments")
         page.locator(row).wait_for()
         click_and_wait_modal(page, f"{row} td.generate-feedback a", "generate feedback")
@@ -367,6 +210,16 @@ def instructor_grades(browser, hub: Hub, shot) -> None:
         shot(page, "instructor-feedback-released")
     finally:
         context.close()
+    return logged_in
+
+
+def probe_c_page(hub: Hub, leak: LeakServer, logged_in: dict) -> dict:
+    """Formgrader's page for C, loaded logged in as the instructor by tests/test_inert_pages.py's probe: what ran,
+    what was requested."""
+    prefix = f"/user/{hub.instructor}"
+    return probe(f"{hub.base}{prefix}/formgrader/submissions/{_submission_id(hub, hub.learners['c'])}/", leak,
+                 same_origin_ok=lambda path: path.startswith(prefix) and _formgrader_paths(path[len(prefix):]),
+                 storage_state=logged_in)
 
 
 def _submission_id(hub: Hub, student: str) -> str:
@@ -432,7 +285,9 @@ def check_separation(hub: Hub) -> None:
 # ------------------------------------------------------------------ the test
 
 def test_class_on_jupyterhub_from_login_to_feedback(hub, tmp_path):
-    """Do two learners and the instructor get, through the hub's pages, the grades serial nbgrader gives?"""
+    """Do three learners and the instructor get, through the hub's pages, the grades serial nbgrader gives, with the
+    latest submission graded, and does hostile learner C cost only its own points and run no script of its own in
+    the instructor's Formgrader?"""
     from playwright.sync_api import sync_playwright
 
     started = time.monotonic()
@@ -440,8 +295,7 @@ def test_class_on_jupyterhub_from_login_to_feedback(hub, tmp_path):
     baseline: dict = {}
     serial = threading.Thread(target=serial_scores, args=(tmp_path / "serial", nbs, baseline), daemon=True)
     serial.start()
-    shutil.rmtree(ARTIFACTS, ignore_errors=True)
-    ARTIFACTS.mkdir(parents=True)
+    marker, leak = "m" + secrets.token_hex(4), LeakServer()
     step = iter(range(1, 100))
 
     def shot(page, name: str) -> None:
@@ -450,29 +304,190 @@ def test_class_on_jupyterhub_from_login_to_feedback(hub, tmp_path):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            learner_submits(browser, hub, "a", nbs["a"], shot)
-            learner_submits(browser, hub, "b", nbs["b"], shot)
-            # both learners' servers run now, each as its own user
+            learner_submits(browser, hub, "a", [nbs["a"]], shot)
+            learner_submits(browser, hub, "b", [nbs["a"], nbs["b"]], shot)  # a resubmission: the wrong one counts
+            learner_submits(browser, hub, "c", [hostile_learner(hub.course, marker, leak.url)], shot)
+            # the learners' servers run now, each as its own user
             pids = {k: hub.pids_of(u) for k, u in hub.learners.items()}
             assert pids["a"] and pids["b"] and not set(pids["a"]) & set(pids["b"])
             check_separation(hub)
-            instructor_grades(browser, hub, shot)
+            logged_in = instructor_grades(browser, hub, shot)
             page_html = learner_reads_feedback(browser, hub, shot)
         finally:
             browser.close()
+    try:
+        inert = probe_c_page(hub, leak, logged_in)
+    finally:
+        leak.close()
     serial.join(timeout=900)
     assert "error" not in baseline, baseline.get("error")
-    hub_a, hub_b = gradebook_scores(hub, hub.learners["a"]), gradebook_scores(hub, hub.learners["b"])
+    hub_scores = {k: gradebook_scores(hub, hub.learners[k]) for k in "abc"}
     tests = [gid for gid in baseline["a"] if gid.startswith("test_")]
     assert tests, baseline
     (ARTIFACTS / "grades.json").write_text(json.dumps(
-        {"hub": {"a": hub_a, "b": hub_b}, "serial": baseline, "seconds": round(time.monotonic() - started)},
-        indent=1))
-    assert {g: hub_a[g] for g in tests} == {g: baseline["a"][g] for g in tests}
-    assert {g: hub_b[g] for g in tests} == {g: baseline["b"][g] for g in tests}
-    assert any(hub_b[g] < baseline["a"][g] for g in tests), "the wrong kernel lost no points"
-    assert hub_a[KEY_QUESTION] == KEY_POINTS
+        {"hub": hub_scores, "serial": baseline, "seconds": round(time.monotonic() - started)}, indent=1))
+    assert {g: hub_scores["a"][g] for g in tests} == {g: baseline["a"][g] for g in tests}
+    assert {g: hub_scores["b"][g] for g in tests} == {g: baseline["b"][g] for g in tests}
+    assert any(hub_scores["b"][g] < baseline["a"][g] for g in tests), "the wrong kernel lost no points"
+    assert hub_scores["a"][KEY_QUESTION] == KEY_POINTS
+    check_latest_collected(hub, "b", submissions=2)
+    # C: the reference kernel keeps the reference's points; its cells changed nothing and read nothing
+    assert {g: hub_scores["c"][g] for g in tests} == {g: baseline["a"][g] for g in tests}
+    check_nothing_forged(hub, marker)
+    check_secrets_unread(hub, "c")
+    assert_inert(inert, "Formgrader's page for hostile learner C, behind JupyterHub")
     text = html.unescape(page_html)
     leaked = [line for line in hidden_lines() if line in text]
     assert not leaked, f"the feedback shows hidden test lines: {leaked[:5]}"
     assert "Vector addition" in text and "One or more full blocks" in text, "the feedback page shows no notebook"
+
+
+def _inbound(hub: Hub, user: str) -> list[Path]:
+    """The learner's submissions in the exchange, as collect's pattern finds them (root lists inbound/)."""
+    return sorted((Path(hub.settings["exchange"]) / hub.settings["course_id"] / "inbound").glob(f"{user}+{PHASE}+*"))
+
+
+def check_latest_collected(hub: Hub, key: str, submissions: int) -> None:
+    """Every submission of the learner is still in the exchange (nothing lost), and the one collected (and graded)
+    is the latest."""
+    found = _inbound(hub, hub.learners[key])
+    assert len(found) == submissions, [p.name for p in found]
+    stamps = sorted((p / "timestamp.txt").read_text() for p in found)
+    collected = hub.course / "submitted" / hub.learners[key] / PHASE / "timestamp.txt"
+    assert collected.read_text() == stamps[-1], (collected.read_text(), stamps)
+
+
+def check_nothing_forged(hub: Hub, marker: str) -> None:
+    """tests/hostile's gradebook forger (in C's notebook, aimed at the real gradebook, retrying for 40 s from a
+    detached child): no grade raised, no comment written, no table made."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{hub.course / 'gradebook.db'}?mode=ro", uri=True)
+    try:
+        forged = con.execute("SELECT count(*) FROM grade WHERE manual_score = 999 OR extra_credit = 999").fetchone()
+        comments = con.execute("SELECT count(*) FROM comment WHERE manual_comment = ?", (marker,)).fetchone()
+        tables = con.execute("SELECT name FROM sqlite_master WHERE name LIKE 'forged%'").fetchall()
+    finally:
+        con.close()
+    assert forged == (0,) and comments == (0,) and tables == [], (forged, comments, tables)
+
+
+def check_secrets_unread(hub: Hub, key: str) -> None:
+    """The secrets reader's output in C's autograded notebook (what the instructor and C's feedback see) holds no
+    hidden test and no gradebook: it ran, in the sandbox, and found nothing of the course."""
+    nb = nbformat.read(hub.course / "autograded" / hub.learners[key] / PHASE / f"{PHASE}.ipynb", as_version=4)
+    outputs = [json.dumps(c.outputs) for c in nb.cells if c.cell_type == "code" and "HOSTILE-RAN read_secrets"
+               in json.dumps(c.get("outputs", []))]
+    assert len(outputs) == 1, "C's secrets reader did not run (or ran twice)"
+    text = outputs[0]
+    leaked = [line for line in hidden_lines() if json.dumps(line)[1:-1] in text]
+    assert not leaked and "SQLite format 3" not in text, f"C's cell read the course: {leaked[:3]}"
+
+
+# ------------------------------------------------------------------ bad input and load, through nbgrader's commands
+
+def write_as(hub: Hub, user: str, nb: nbformat.NotebookNode | bytes, *extra: tuple[str, str]) -> None:
+    """``user`` writes ``nb`` (and ``extra`` files: (name, text)) into ~/01_vector_add, as that user."""
+    files = [(f"{PHASE}.ipynb", nb if isinstance(nb, bytes) else nbformat.writes(nb).encode())]
+    files += [(name, text.encode()) for name, text in extra]
+    for name, data in files:
+        (hub.scratch / f"{user}-{name}").write_bytes(data)
+        (hub.scratch / f"{user}-{name}").chmod(0o644)
+    folder = hub.home(user) / PHASE
+    hub.as_user(user, "sh", "-c", 'd="$1"; shift; mkdir -p "$d" && for f; do cp "$f" "$d/${f##*/'
+                + user + '-}"; done', "sh", str(folder), *[str(hub.scratch / f"{user}-{n}") for n, _ in files])
+
+
+def submit_as(hub: Hub, user: str, nb: nbformat.NotebookNode | bytes, *extra: tuple[str, str]):
+    """``user`` writes its work (:func:`write_as`), then starts `nbgrader submit 01_vector_add` as that user with
+    the learners' configuration; returns the process."""
+    write_as(hub, user, nb, *extra)
+    return hub.as_user(user, "nbgrader", "submit", PHASE, popen=True)
+
+
+def finished(proc) -> tuple[int, str]:
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out + err
+
+
+def test_bad_input_through_the_exchange(hub):
+    """Does learner D get a clear refusal for another assignment's notebook and for a text file, with its file kept and
+    nothing handed in; a warning for a file beside the notebook; and does a submission while the hub stops D's
+    server leave either that submission or the previous one collected whole, never a part?"""
+    d = hub.learners["d"]
+    mine = hub.home(d) / PHASE / f"{PHASE}.ipynb"
+    started = time.monotonic()
+    hub.api("POST", f"/users/{d}")  # the hub knows a user once logged in, or added so
+    hub.api("POST", f"/users/{d}/server")  # D's server starts while D hands in bad input from a shell
+    for content, said in [((ROOT / "release" / "02_softmax" / "02_softmax.ipynb").read_bytes(),
+                           f"it is not the {PHASE} notebook"),
+                          (b"kernel in kernel.py, see you tomorrow\n", "it is not a notebook (not JSON")]:
+        rc, log = finished(submit_as(hub, d, content))
+        assert rc != 0 and f"{PHASE} was not submitted: {PHASE}.ipynb cannot be graded: {said}" in log, log
+        assert "are unchanged" in log and mine.read_bytes() == content, log
+        assert _inbound(hub, d) == []
+    rc, log = finished(submit_as(hub, d, marked_notebook("d-1"), ("notes.txt", "my notes")))
+    assert rc == 0 and "Not graded, handed in as they are (only notebooks are graded): notes.txt" in log, log
+    (first,) = _inbound(hub, d)
+    # D's server runs; the hub's API stops it while D's next submission runs, which the stop's signal ends too
+    deadline = time.monotonic() + 300
+    while not hub.api("GET", f"/users/{d}")[1]["servers"].get("", {}).get("ready"):
+        assert time.monotonic() < deadline, "D's server did not start"
+        time.sleep(1)
+    proc = submit_as(hub, d, marked_notebook("d-2"), ("notes.txt", "my notes"), ("data.bin", "0" * (32 << 20)))
+    assert hub.api("DELETE", f"/users/{d}/server")[0] in (202, 204)
+    inbound = Path(hub.settings["exchange"]) / hub.settings["course_id"] / "inbound"
+    while proc.poll() is None and not any(p.name.startswith(".incoming-") for p in inbound.iterdir()):
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGHUP)  # mid-copy, as a terminal's processes get it when their server stops
+    rc, log = finished(proc)
+    while hub.api("GET", f"/users/{d}")[1]["servers"]:
+        assert time.monotonic() < deadline, "D's server did not stop"
+        time.sleep(1)
+    subs = _inbound(hub, d)
+    assert first in subs and len(subs) <= 2, subs
+    for sub in subs:  # each one whole: timestamp, secret, the notebook and the file beside it
+        assert {p.name for p in sub.iterdir()} >= {"timestamp.txt", "submission_secret.txt", f"{PHASE}.ipynb",
+                                                  "notes.txt"}, sub
+        nbformat.read(sub / f"{PHASE}.ipynb", as_version=4)
+    listed = learner_submissions(hub, d)
+    # D's Assignment List (nbgrader's cache) never shows a submission the instructor cannot collect
+    assert all(any(sub.name.startswith(name + "+") for sub in subs) for name in listed), (listed, subs)
+    collect = hub.as_user(hub.instructor, "nbgrader", "collect", PHASE, "--update", "--log-level=INFO",
+                          cwd=hub.course, check=False)
+    assert collect.returncode == 0, collect.stderr[-3000:]
+    got = hub.course / "submitted" / d / PHASE
+    assert owner_of(got / f"{PHASE}.ipynb") == ("d-2" if len(subs) == 2 else "d-1")
+    assert (got / "notes.txt").read_text() == "my notes"
+    print(f"bad input and a stopped server: {time.monotonic() - started:.0f} s; the submission under way when the "
+          f"server stopped: {'handed in whole' if len(subs) == 2 else 'cut short, nothing of it collected'} "
+          f"(exit {rc})")
+
+
+def test_thirty_learners_submit_at_once(hub):
+    """Do 30 learners, added from a roster, submitting at the same moment, each get their own notebook collected,
+    none lost or mixed up?"""
+    names = [f"{hub.prefix}-l{i:02d}" for i in range(LOAD_LEARNERS)]
+    accounts_s = hub.add_learners(names, "Load")
+    for name in names:
+        write_as(hub, name, marked_notebook(name))
+    started = time.monotonic()
+    many = subprocess.run([str(hub.venv / "bin" / "python"), str(ROOT / "tests" / "hub_submit_many.py"), PHASE,
+                           str(hub.state / "etc" / "learner"), *names], capture_output=True, text=True, timeout=900)
+    submit_s = time.monotonic() - started
+    assert many.returncode == 0, many.stderr[-3000:]
+    results = json.loads(many.stdout.strip().splitlines()[-1])
+    failed = {n: rc for n, (rc, _) in results.items() if rc != 0}
+    assert sorted(results) == sorted(names) and not failed, (failed, many.stderr[-3000:])
+    started = time.monotonic()
+    collect = hub.as_user(hub.instructor, "nbgrader", "collect", PHASE, "--log-level=WARN", cwd=hub.course,
+                          check=False)
+    collect_s = time.monotonic() - started
+    assert collect.returncode == 0, collect.stderr[-3000:]
+    owners = {n: owner_of(hub.course / "submitted" / n / PHASE / f"{PHASE}.ipynb") for n in names}
+    assert owners == {n: n for n in names}
+    record = {"learners": LOAD_LEARNERS, "accounts_s": round(accounts_s, 1), "submit_all_s": round(submit_s, 1),
+              "slowest_submit_s": max(t for _, t in results.values()),
+              "collect_s": round(collect_s, 1), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    (ARTIFACTS / "load.json").write_text(json.dumps(record, indent=1))
+    print(record)
