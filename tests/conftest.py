@@ -26,7 +26,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-    if getattr(config.option, "dist", "no") != "no":  # make test: pytest-xdist workers (tests/scheduling.py)
+    # make test: on a pytest-xdist worker of `--dist loadgroup` (xdist sets the worker's own dist to "no")
+    if getattr(config.option, "loadgroup", False):
         names = scheduling.groups(items)
         for i, item in enumerate(items):
             if names[i]:
