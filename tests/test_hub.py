@@ -377,8 +377,8 @@ def check_secrets_unread(hub: Hub, key: str) -> None:
     hidden test and no gradebook: it ran, in the sandbox, and found nothing of the course."""
     nb = nbformat.read(hub.course / "autograded" / hub.learners[key] / PHASE / f"{PHASE}.ipynb", as_version=4)
     outputs = [json.dumps(c.outputs) for c in nb.cells if c.cell_type == "code" and "HOSTILE-RAN read_secrets"
-               in json.dumps(c.get("outputs", []))]
-    assert len(outputs) == 1, "C's secrets reader did not run (or ran twice)"
+               in c.source]  # its outputs may be cut (nbgrader's LimitOutput), its last line with them
+    assert len(outputs) == 1 and outputs[0] != "[]", "C's secrets reader did not run"
     text = outputs[0]
     leaked = [line for line in hidden_lines() if json.dumps(line)[1:-1] in text]
     assert not leaked and "SQLite format 3" not in text, f"C's cell read the course: {leaked[:3]}"
