@@ -5,17 +5,13 @@ what a Triton kernel is, shared by the channel (:func:`_kind_of`) and the checks
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .rpc import Channel
 
 class Remote:
     """An object that lives on the other side of the channel."""
 
     __slots__ = ("_ch", "_ref", "_info")
 
-    def __init__(self, ch: "Channel", ref: int, info: dict):
+    def __init__(self, ch, ref: int, info: dict):  # ch: the rpc.Channel it came through
         object.__setattr__(self, "_ch", ch)
         object.__setattr__(self, "_ref", ref)
         object.__setattr__(self, "_info", info)
