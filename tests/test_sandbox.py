@@ -293,6 +293,7 @@ def test_disk_filler_is_stopped(box, monkeypatch):
                     f.write(b"x" * (8 << 20))
                     f.flush()
                     total += 8
+                    print(json.dumps({"mb": total}), flush=True)
                     time.sleep(0.05)
         except OSError as err:
             error = err.strerror
@@ -313,9 +314,13 @@ def test_disk_filler_is_stopped(box, monkeypatch):
         watched.watch(proc.pid)
         out, _ = proc.communicate(timeout=60)
         if watched.mounts:  # the filesystem refuses the 65th MB; the watchdog then finds it full
-            assert json.loads(out)["error"] == "No space left on device" and json.loads(out)["mb"] <= 64, out
+            # The watchdog may stop the sandbox between the refusal and the report (a loaded machine): then the
+            # last progress line still shows that no more than 64 MB were written.
+            last = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            assert last and last[-1]["mb"] <= 64 and last[-1].get("error", "No space left on device") \
+                == "No space left on device", out
         else:
-            assert proc.returncode != 0 and "{" not in out, (proc.returncode, out)
+            assert proc.returncode != 0 and '"error"' not in out, (proc.returncode, out)  # stopped mid-write
         assert _wait_for(lambda: any("disk" in why for why in watched.killed), 5), watched.killed
         assert _wait_for(lambda: not (watched.shared / "fill.bin").exists(), 5)
         assert watched.limit_events() == ["your code wrote more than 64 MB to disk"], watched.limit_events()
