@@ -21,18 +21,15 @@ SLOW_MODULES = {"test_grading", "test_verdicts", "test_judge", "test_sandbox", "
                 "test_links", "test_restore_deleted_cells", "test_resilient_execute", "test_destructive_steps"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_configure(config):
+    scheduling.controller_setup(config)  # make test: -n N --dist loadgroup (tests/scheduling.py)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-    # make test: on a pytest-xdist worker of `--dist loadgroup` (xdist sets the worker's own dist to "no")
-    if getattr(config.option, "loadgroup", False):
-        names = scheduling.groups(items)
-        for i, item in enumerate(items):
-            if names[i]:
-                item.add_marker(pytest.mark.xdist_group(names[i]))
-        items[:] = scheduling.order(items, names)
+    scheduling.worker_groups(config, items)
 
 
 @pytest.fixture(scope="session")

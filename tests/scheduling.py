@@ -1,5 +1,10 @@
 """How `make test` spreads the suite over pytest-xdist workers (``-n N --dist loadgroup``).
 
+pytest-xdist's own ``xdist_group`` marks do not work with pytest 9.2 (xdist 3.8 renames ``item._nodeid``, which
+pytest 9.2 no longer reads), so the groups travel another way: each worker writes them to a file named by
+``GROUPS_ENV`` (set by the controller before the workers start), and the controller's scheduler
+(:class:`_SchedulerPlugin`) reads that file to cut the collection into units of work.
+
 Each test gets an ``xdist_group``: tests that share a module- or session-scoped fixture of their module (a class
 graded once, a hub, an image) run on one worker, so that fixture is made once; tests parametrized by
 ``assignment`` are grouped per phase (test_grading's and test_verdicts' fixtures make each phase on demand). A test
@@ -13,9 +18,14 @@ Without xdist (plain ``pytest``, ``make test-fast``) nothing here changes the or
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
+import pytest
+
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
+GROUPS_ENV = "TRITONCOURSE_XDIST_GROUPS"
 # Session fixtures shared across modules through a file lock (conftest.py), not a reason to group tests.
 SHARED = {"serial_baseline"}
 
@@ -79,3 +89,45 @@ def order(items, names: dict[int, str]) -> list:
         return -cost[g], first[g], p[0]
 
     return [item for item in (p[1] for p in sorted(enumerate(items), key=key))]
+
+
+def controller_setup(config) -> None:
+    """On the controller of ``-n N --dist loadgroup``: name the groups' file (the workers inherit the variable)
+    and put the group scheduling (:class:`_SchedulerPlugin`) in xdist's place."""
+    if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "loadgroup":
+        return
+    os.environ[GROUPS_ENV] = str(Path(tempfile.mkdtemp(prefix="tritoncourse-xdist-")) / "groups.json")
+    config.pluginmanager.register(_SchedulerPlugin(), "tritoncourse-scheduling")
+
+
+def worker_groups(config, items) -> None:
+    """On a worker: order the items (longest group first) and write each grouped test's group for the controller."""
+    path = os.environ.get(GROUPS_ENV)
+    if not path or not hasattr(config, "workerinput"):
+        return
+    names = groups(items)
+    by_id = {item.nodeid: names[i] for i, item in enumerate(items) if names[i]}
+    items[:] = order(items, names)
+    tmp = f"{path}.{os.getpid()}"
+    Path(tmp).write_text(json.dumps(by_id))
+    os.replace(tmp, path)  # every worker writes the same groups
+
+
+class _SchedulerPlugin:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        from xdist.scheduler import LoadScopeScheduling
+
+        class GroupScheduling(LoadScopeScheduling):
+            """xdist's scope scheduling with the units read from the workers' groups file; a test of no group is
+            a unit of its own. Units go out in the workers' order (``--no-loadscope-reorder``): longest first."""
+
+            _groups: dict[str, str] | None = None
+
+            def _split_scope(self, nodeid: str) -> str:
+                if self._groups is None:
+                    path = Path(os.environ[GROUPS_ENV])
+                    self._groups = json.loads(path.read_text()) if path.exists() else {}
+                return self._groups.get(nodeid, nodeid)
+
+        return GroupScheduling(config, log)
