@@ -663,3 +663,20 @@ def _write_docs_table(g: Graded) -> None:
 def _points(g: Graded, gid: str) -> float:
     source = g.parallel.source_notebook(A)
     return float(source.cells[ids(source)[gid]].metadata.nbgrader["points"])
+
+
+def test_parallel_gradings_share_the_cores_between_their_math_threads(monkeypatch):
+    """grade --jobs N: each private grading's OpenMP/MKL threads get a share of the cores (not one per core in
+    every process), and an instructor's own setting is kept."""
+    from types import SimpleNamespace
+
+    from tritoncourse.classroom.grader import Grader
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    env = Grader.grading_env(SimpleNamespace(jobs=4, test_workers=1))
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "4", env.get("OMP_NUM_THREADS")
+    assert Grader.grading_env(SimpleNamespace(jobs=8, test_workers=2))["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert Grader.grading_env(SimpleNamespace(jobs=8, test_workers=2))["OMP_NUM_THREADS"] == "3"

@@ -32,7 +32,7 @@ from pathlib import Path
 from ..notebooks import CourseError
 from .course import Course
 from .database import snapshot
-from .private import PrivateCourse, Running, grade_privately, source_files
+from .private import PrivateCourse, Running, grade_privately, nbgrader_env, source_files
 from .results import _error_reason, merge, seeds_in_log
 from .executors import GradingStopped, LocalExecutor
 from .tasks import RunResult, Task, prepare
@@ -62,6 +62,17 @@ class Grader:
         self.log_root = course.state_dir / "logs"
         self._stopping = threading.Event()  # set by stop(): no private grading starts after it
         self._running = Running(self._stopping)
+
+    def grading_env(self) -> dict:
+        """The private gradings' environment. With several learners (and their kernel tests) at once, each
+        process's math libraries get their share of the cores, unless the instructor set it: left alone, torch and
+        OpenMP start a thread per core in every process. Seen on a 16-core machine grading 12 phase-1 notebooks
+        at once: about 70 s of CPU per notebook, 24 s with one thread each (docs/INSTRUCTORS.md, the soak)."""
+        env = nbgrader_env()
+        share = str(max(1, (os.cpu_count() or 1) // (self.jobs * self.test_workers)))
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(name, share)
+        return env
 
     # ---- state
     def load_state(self) -> dict:
@@ -107,7 +118,8 @@ class Grader:
             shutil.rmtree(work)
         log = self.log_root / task.assignment / f"{task.student}.attempt{task.attempt + 1}.log"
         end = grade_privately(work, self.private_course(task, template), self.autograde_argv(task), log,
-                              timeout=self.notebook_timeout, running=self._running, key=task.key)
+                              timeout=self.notebook_timeout, running=self._running, key=task.key,
+                              env=self.grading_env())
         if end is None or self._stopping.is_set():
             return RunResult(False, end.seconds if end else 0.0, "stopped", work, log)
         return self.outcome(task, work, log, end.returncode, end.seconds, end.timed_out)
