@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
+
+from servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 REQ = ROOT / "requirements"
@@ -430,15 +431,9 @@ def test_entrypoint_refuses_a_missing_course(tmp_path):
     assert proc.returncode == 2 and "No course at" in proc.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_entrypoint_lab_fills_notebooks_and_passes_the_healthcheck(course, tmp_path):
     """`lab` copies the released notebooks into notebooks/ and serves JupyterLab; the HEALTHCHECK sees it."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, COURSE_DIR=str(course), PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
                PYTHON=sys.executable, JUPYTER_PORT=str(port), JUPYTER_IP="127.0.0.1",
                JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
