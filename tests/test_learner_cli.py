@@ -122,3 +122,18 @@ def test_the_handouts_readme_and_makefile_describe_the_handout(tmp_path):
     bad = learner_files.problems({"README.md": readme + "\nRun `make test`, then read tools/gpu_check.py.\n",
                                   "Makefile": makefile}, present)
     assert any("`make test`" in p for p in bad) and any("tools/gpu_check.py" in p for p in bad), bad
+
+
+def test_submit_refuses_another_phases_notebook(tmp_path):
+    """Phases share locked cells' ids (setup, reference): a phase-2 notebook handed in as phase 1 is refused,
+    naming the phase it is, and phase 1's own notebook is accepted."""
+    from tritoncourse.learner.submit import check_submission
+    from tritoncourse.notebooks import CourseError
+
+    other = tmp_path / "mine.ipynb"
+    other.write_bytes((ROOT / "release" / "02_softmax" / "02_softmax.ipynb").read_bytes())
+    with pytest.raises(CourseError, match="is not the 01_vector_add notebook.*It looks like 02_softmax"):
+        check_submission(A, "ann", other)
+    own = tmp_path / "own.ipynb"
+    own.write_bytes((ROOT / "release" / A / f"{A}.ipynb").read_bytes())
+    assert check_submission(A, "ann", own)[0].cells

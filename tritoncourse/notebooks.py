@@ -45,3 +45,11 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
 def nbgrader_ids(nb) -> set[str]:
     return {c.metadata.nbgrader["grade_id"] for c in nb.cells
             if "grade_id" in c.get("metadata", {}).get("nbgrader", {})}
+
+
+def graded_ids(nb) -> set[str]:
+    """The ids of a notebook's answer and test cells: a phase's own (locked cells such as ``setup`` or
+    ``reference`` carry the same id in several phases, so they cannot tell one phase's notebook from another)."""
+    return {c.metadata.nbgrader["grade_id"] for c in nb.cells
+            if isinstance(c.get("metadata", {}).get("nbgrader"), dict) and "grade_id" in c.metadata.nbgrader
+            and (c.metadata.nbgrader.get("grade") or c.metadata.nbgrader.get("solution"))}

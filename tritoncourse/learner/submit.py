@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ..notebooks import STUDENT_RE, CourseError, nbgrader_ids, read_notebook, valid_student
+from ..notebooks import STUDENT_RE, CourseError, graded_ids, nbgrader_ids, read_notebook, valid_student
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -45,8 +45,8 @@ def check_submission(assignment: str, student: str, notebook: Path, root: Path =
                           f"`make reset PHASE={assignment}` restores the released version (yours is backed up).")
     release = read_notebook(released[assignment])
     mine, theirs = nbgrader_ids(nb), nbgrader_ids(release)
-    if not mine & theirs:
-        others = [a for a, p in released.items() if a != assignment and mine & nbgrader_ids(read_notebook(p))]
+    if not graded_ids(nb) & graded_ids(release):
+        others = [a for a, p in released.items() if a != assignment and graded_ids(nb) & graded_ids(read_notebook(p))]
         hint = f" It looks like {others[0]}." if others else ""
         raise CourseError(f"{notebook} is not the {assignment} notebook: none of its graded cells is there.{hint}")
     warnings = []
