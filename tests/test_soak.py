@@ -150,7 +150,8 @@ class Soak:
         t0 = time.monotonic()
         self.tmp = tmp
         self.learners = _learners(per_grader, first)
-        self.shards, self.jobs = shards, max(2, shards)
+        # TRITONCOURSE_SOAK_GRADE_JOBS: the grade half's --jobs (its learners cost more each than plain nbgrader's)
+        self.shards, self.jobs = shards, int(os.environ.get("TRITONCOURSE_SOAK_GRADE_JOBS", 0) or max(2, shards))
         template = Course(tmp / "template", [A])
         shutil.copytree(ROOT / "tritoncourse", template.path / "tritoncourse",
                         ignore=shutil.ignore_patterns("__pycache__"))

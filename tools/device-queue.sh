@@ -45,7 +45,8 @@ start() {
     hog) TRITONCOURSE_HOSTILE_FIXTURES=hostile_memory_hog timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider \
       tests/test_sandbox.py -k "memory_hog or learners_before or course_tree or forged or nothing_is_left or ends_in_time" > $L/$s.log 2>&1 ;;
     soak) TRITON_INTERPRET=1 TRITONCOURSE_SOAK=${SOAK:-250} TRITONCOURSE_SOAK_OFFSET=${SOAK_OFFSET:-0} \
-          TRITONCOURSE_SOAK_SHARDS=${SOAK_SHARDS:-$(( $(nproc) / 2 ))} TRITONCOURSE_SOAK_RUN_BOUND=$(( t - 120 )) \
+          TRITONCOURSE_SOAK_SHARDS=${SOAK_SHARDS:-$(( $(nproc) / 2 ))} TRITONCOURSE_SOAK_GRADE_JOBS=${SOAK_GRADE_JOBS:-} \
+          OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} TRITONCOURSE_SOAK_RUN_BOUND=$(( t - 120 )) \
           TRITONCOURSE_SOAK_SUMMARY=$OUT/soak-summary.json TRITONCOURSE_SOAK_LOGS=$L/soak timeout -s INT -k 15 $t \
           python3 -m pytest -v -rA -s -p no:cacheprovider tests/test_soak.py > $L/$s.log 2>&1 ;;
     ln) if nvidia-smi -L | grep -q H200; then timeout -s INT 80 python3 tools/gpu_check.py --bench --sections layer_norm --repeats 5 --out /tmp/gc \
