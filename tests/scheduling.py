@@ -74,21 +74,16 @@ def groups(items) -> dict[int, str | None]:
     return {i: (find(k) if k else None) for i, k in keys.items()}
 
 
-def order(items, names: dict[int, str]) -> list:
+def order(items, names: dict[int, str | None]) -> list:
     """Items grouped, longest group first; the order inside a group (and so fixture set-up) is kept."""
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     cost: dict[str, float] = {}
     first: dict[str, int] = {}
+    unit = [names[i] or item.nodeid for i, item in enumerate(items)]  # an ungrouped test is a unit of its own
     for i, item in enumerate(items):
-        g = names[i] or item.nodeid
-        names[i] = g if names[i] else None
-        cost[g] = cost.get(g, 0.0) + float(seconds.get(item.nodeid, 1.0))
-        first.setdefault(g, i)
-    def key(p):
-        g = names[p[0]] or p[1].nodeid
-        return -cost[g], first[g], p[0]
-
-    return [item for item in (p[1] for p in sorted(enumerate(items), key=key))]
+        cost[unit[i]] = cost.get(unit[i], 0.0) + float(seconds.get(item.nodeid, 1.0))
+        first.setdefault(unit[i], i)
+    return [items[i] for i in sorted(range(len(items)), key=lambda i: (-cost[unit[i]], first[unit[i]], i))]
 
 
 def controller_setup(config) -> None:

@@ -58,9 +58,7 @@ def fresh(course: Course, tmp_path: Path) -> Course:
 
 
 def _at(path: Path) -> Course:
-    c = Course.__new__(Course)
-    c.path = path
-    return c
+    return Course.existing(path)
 
 
 @pytest.mark.parametrize("target,expect", [

@@ -94,8 +94,7 @@ def _new_course(path: Path, notebooks: dict[str, object], db_url: str | None = N
     r = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],
                        cwd=path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    c = Course.__new__(Course)
-    c.path = path
+    c = Course.existing(path)
     release, source = c.release_notebook(A), c.source_notebook(A)
     for student, nb in notebooks.items():
         if isinstance(nb, Fixture):

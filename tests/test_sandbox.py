@@ -723,9 +723,7 @@ def template(tmp_path_factory) -> Path:
 
 def _copy(template: Path, dest: Path) -> Course:
     shutil.copytree(template, dest, symlinks=True)
-    c = Course.__new__(Course)
-    c.path = dest
-    return c
+    return Course.existing(dest)
 
 
 def digest(root: Path) -> dict[str, str]:

@@ -189,8 +189,7 @@ class Soak:
             Path(path).write_text(json.dumps(self.summary, indent=1))
 
     def submit(self, course: Path, learners: list[tuple[str, object]]) -> None:
-        c = Course.__new__(Course)
-        c.path = course
+        c = Course.existing(course)
         release, source = c.release_notebook(A), c.source_notebook(A)
         first = None
         for name, item in learners:

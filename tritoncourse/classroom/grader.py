@@ -66,8 +66,8 @@ class Grader:
     def grading_env(self) -> dict:
         """The private gradings' environment. With several learners (and their kernel tests) at once, each
         process's math libraries get their share of the cores, unless the instructor set it: left alone, torch and
-        OpenMP start a thread per core in every process. Seen on a 16-core machine grading 12 phase-1 notebooks
-        at once: about 70 s of CPU per notebook, 24 s with one thread each (docs/INSTRUCTORS.md, the soak)."""
+        OpenMP start a thread per core in every process. Seen in the soak on a 16-core machine: 16 phase-1 notebooks
+        at once took about 70 s of CPU each; 12 at once with one thread each, about 24 s (docs/GPU-RUNS.md)."""
         env = nbgrader_env()
         share = str(max(1, (os.cpu_count() or 1) // (self.jobs * self.test_workers)))
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
