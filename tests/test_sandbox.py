@@ -906,9 +906,10 @@ CONTAINED = {"hostile_patch_course_files": "patch_course_files: 0 changed",
              # the CPU's address-space limit raises MemoryError; on a GPU the watchdog stops the kernel
              "hostile_memory_hog": "MB of memory" if ON_GPU else "then MemoryError",
              "hostile_disk_filler": f"wrote more than {HOSTILE_LIMITS['TRITONCOURSE_SANDBOX_DISK_MB']} MB to disk",
-             # the shared folder's filesystem refuses past DISK_MB (the watchdog sees it full only if the file is
-             # still held at its next look: this learner closes it at once)
-             "hostile_unlinked_disk": "MB, then OSError",
+             # the shared folder's filesystem refuses past DISK_MB, or the watchdog stops the kernel first if its
+             # look falls while the file is still held (seen on CI, 2026-11-26): either way it is contained
+             "hostile_unlinked_disk": ("MB, then OSError",
+                                       f"wrote more than {HOSTILE_LIMITS['TRITONCOURSE_SANDBOX_DISK_MB']} MB to disk"),
              # the cgroup stops them at TOTAL_MEMORY_MB on the CPU; a GPU's default sandbox limit is above their 6 GB
              "hostile_memfd_hog": "" if ON_GPU else "3072 MB of memory (counting files in memory)",
              "hostile_tmpfs_hog": "" if ON_GPU else "3072 MB of memory (counting files in memory)",
@@ -934,7 +935,8 @@ def test_hostile_learner_loses_only_its_own_points(hostile, kind, fixture):
     assert "UNSANDBOXED" not in outputs and "CONNECTED" not in outputs
     # ../ paths reach only the sandbox's own /tmp (the grader's /tmp is checked in test_nothing_is_left_running...)
     assert not re.search(r"(gradebook\.db|\.ipynb): written", outputs), outputs[-3000:]
-    assert CONTAINED.get(fixture.name, "") in outputs, outputs[-3000:]
+    contained = CONTAINED.get(fixture.name, "")
+    assert any(c in outputs for c in ((contained,) if isinstance(contained, str) else contained)), outputs[-3000:]
 
 
 @pytest.mark.slow
