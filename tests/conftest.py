@@ -8,6 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import cpu_profile  # noqa: E402
 import scheduling  # noqa: E402
 from tritoncourse.device import setup_device  # noqa: E402
 
@@ -23,6 +24,7 @@ SLOW_MODULES = {"test_grading", "test_verdicts", "test_judge", "test_sandbox", "
 
 def pytest_configure(config):
     scheduling.controller_setup(config)  # make test: -n N --dist loadgroup (tests/scheduling.py)
+    cpu_profile.register(config)  # TRITONCOURSE_CPU_PROFILE=file: wall against CPU per test (tests/cpu_profile.py)
 
 
 def pytest_collection_modifyitems(config, items):
