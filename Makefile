@@ -168,12 +168,17 @@ HUB_VENV ?= /opt/tritonhub/venv
 HUB_STATE ?= /srv/tritonhub
 HUB_PORT ?= 8000
 HUB_INSTRUCTOR ?= instructor
+# HUB_SPAWNER=docker: learners' servers in containers of the learner image (DockerSpawner; needs a Docker engine);
+# HUB_LEARNER_IMAGE names an existing learner image (default: built from docker/Dockerfile's learner target)
+HUB_SPAWNER ?= local
+HUB_LEARNER_IMAGE ?=
 ROSTER ?=
 
 hub:
 	@bash tools/system-deps.sh hub
 	$(PYTHON) hub/tritonhub.py setup --venv $(HUB_VENV) --state $(HUB_STATE) --port $(HUB_PORT) \
-		--instructor $(HUB_INSTRUCTOR)
+		--instructor $(HUB_INSTRUCTOR) --spawner $(HUB_SPAWNER) \
+		$(if $(HUB_LEARNER_IMAGE),--learner-image $(HUB_LEARNER_IMAGE))
 	$(PYTHON) hub/tritonhub.py start --state $(HUB_STATE)
 
 hub-users:

@@ -3,9 +3,20 @@
 Started by ``python3 hub/tritonhub.py start`` (``make hub``) as root, which names the settings that
 ``tritonhub.py setup`` wrote in TRITONHUB_SETTINGS. Local Unix accounts log in through PAM; each user's JupyterLab
 runs as that user (LocalProcessSpawner) from the course's environment; everything listens on 127.0.0.1 only.
+
+With ``tritonhub.py setup --spawner docker`` (settings' ``spawner``), each learner's JupyterLab is a container of the
+course's learner image instead (DockerSpawner; hub/singleuser.Dockerfile), run as the learner's Unix uid and gid,
+with the learner's home and nbgrader's exchange mounted at their paths and nothing else of the machine; the GPUs
+are passed through when the machine has one. The instructor's server stays a local process: Formgrader and the
+grading sandbox need the course directory and bubblewrap, which no learner container has. The hub's own API then
+listens on the Docker network's gateway instead of 127.0.0.1 (the containers' only way to the hub).
 """
+import grp
 import json
 import os
+import pwd
+
+from jupyterhub.spawner import LocalProcessSpawner
 
 c = get_config()  # noqa: F821
 s = json.load(open(os.environ["TRITONHUB_SETTINGS"]))
@@ -57,3 +68,83 @@ def _role_config(spawner):
 
 
 c.Spawner.pre_spawn_hook = _role_config
+
+# ---- DockerSpawner: each learner's JupyterLab in a container of the learner image ------------------------------------
+if s.get("spawner", "local") == "docker":
+    from dockerspawner import DockerSpawner
+
+    def _docker_gateway(network: str) -> str:
+        """The host's address on the containers' Docker network (the bridge's gateway, 172.17.0.1 by default)."""
+        import docker  # docker-py, DockerSpawner's own client
+
+        client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+        gateways = [g["Gateway"] for g in client.inspect_network(network)["IPAM"]["Config"] if g.get("Gateway")]
+        if not gateways:
+            raise SystemExit(f"the Docker network {network!r} names no gateway: give its host address as the "
+                             "settings' hub_ip (tritonhub.py setup --hub-ip)")
+        return gateways[0]
+
+    # The containers reach the hub's API on the network's gateway (the host's address there, not reachable from
+    # outside the machine); the proxy reaches each container on a port published on 127.0.0.1.
+    _hub_ip = s.get("hub_ip") or _docker_gateway(s["docker_network"])
+    c.JupyterHub.hub_bind_url = f"http://{_hub_ip}:{s['hub_port']}"
+    c.JupyterHub.hub_connect_url = f"http://{_hub_ip}:{s['hub_port']}"
+
+    class CourseSpawner(LocalProcessSpawner):
+        """The instructor's server: a local process (LocalProcessSpawner, as without Docker); every learner's: a
+        DockerSpawner container. (JupyterHub makes each user's spawner from one class; this one's constructor hands
+        back an instance of the right one, whose state the hub then keeps. Never an instance of its own.)"""
+
+        def __new__(cls, *args, **kwargs):
+            user = kwargs.get("user")
+            if user is not None and user.name == s["instructor"]:
+                return LocalProcessSpawner(*args, **kwargs)
+            return DockerSpawner(*args, **kwargs)
+
+    c.JupyterHub.spawner_class = CourseSpawner
+    c.DockerSpawner.image = s["image"]  # hub/singleuser.Dockerfile on the learner image; setup built it
+    c.DockerSpawner.pull_policy = "never"  # a local image: never replaced by a registry's
+    c.DockerSpawner.remove = True  # a stopped server's container is deleted; the learner's home stays on the host
+    c.DockerSpawner.name_template = "tritonhub-{username}"
+    c.DockerSpawner.network_name = s["docker_network"]
+    c.DockerSpawner.cmd = ["jupyterhub-singleuser"]
+    c.DockerSpawner.environment = {}  # the image's PATH, and TRITON_INTERPRET=1 in the CPU image
+    c.DockerSpawner.extra_host_config = {
+        "init": True,  # an init process reaps the kernels' children, as docker/compose.yaml's services have
+        "cap_drop": ["ALL"],  # the learner's uid needs no capability
+        "security_opt": ["no-new-privileges"],
+        # every GPU of the machine, shared by all learners (NVIDIA Container Toolkit); none without a GPU
+        **({} if s["cpu"] else {"device_requests": [{"count": -1, "capabilities": [["gpu"]]}]}),
+    }
+
+    def _learner_container(spawner):
+        """A learner's container: run as the learner's uid and gid, with their home, nbgrader's exchange and the
+        learners' Jupyter configuration mounted at the paths they have on the host, and a passwd and group file
+        naming only them (nbgrader names the submitter by the uid's passwd entry; the host's list of accounts
+        stays out). Nothing else of the machine is mounted: no course directory, no other learner's home."""
+        pw = pwd.getpwnam(spawner.user.name)
+        group = grp.getgrgid(pw.pw_gid).gr_name
+        ids = os.path.join(state, "containers", spawner.user.name)
+        os.makedirs(ids, mode=0o755, exist_ok=True)
+        files = {"passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                           f"{pw.pw_name}:x:{pw.pw_uid}:{pw.pw_gid}::{pw.pw_dir}:/bin/bash\n",
+                 "group": f"root:x:0:\n{group}:x:{pw.pw_gid}:\n"}
+        for name, text in files.items():
+            with open(os.path.join(ids, name), "w") as f:
+                f.write(text)
+            os.chmod(os.path.join(ids, name), 0o644)
+        role_dir = os.path.join(state, "etc", "learner")
+        spawner.volumes = {pw.pw_dir: {"bind": pw.pw_dir, "mode": "rw"},
+                           s["exchange"]: {"bind": s["exchange"], "mode": "rw"}}
+        spawner.read_only_volumes = {role_dir: role_dir, os.path.join(ids, "passwd"): "/etc/passwd",
+                                     os.path.join(ids, "group"): "/etc/group"}
+        spawner.extra_create_kwargs = {"user": f"{pw.pw_uid}:{pw.pw_gid}", "working_dir": pw.pw_dir}
+        spawner.notebook_dir = pw.pw_dir
+        spawner.environment = dict(spawner.environment, HOME=pw.pw_dir, USER=pw.pw_name)
+
+    def _pre_spawn(spawner):
+        _role_config(spawner)
+        if spawner.user.name != s["instructor"]:
+            _learner_container(spawner)
+
+    c.Spawner.pre_spawn_hook = _pre_spawn

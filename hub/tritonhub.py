@@ -3,6 +3,7 @@
 Run as root with any Python 3.10+ (standard library only):
 
     python3 hub/tritonhub.py setup [--venv DIR] [--instructor NAME] ...   # idempotent
+    python3 hub/tritonhub.py setup --spawner docker [--learner-image IMAGE]  # learners' servers in containers
     python3 hub/tritonhub.py users ROSTER.csv                              # learners' Unix accounts
     python3 hub/tritonhub.py remove-users ROSTER.csv                       # only accounts of the learners' group
     python3 hub/tritonhub.py start                                         # JupyterHub on 127.0.0.1
@@ -22,7 +23,10 @@ What set-up makes (each step skipped when already there):
   nbgrader configuration loads the course's own nbgrader_config.py, so Formgrader's buttons grade through the
   course's sandboxed grader;
 - ``<state>/settings.json``, read by hub/jupyterhub_config.py, and ``<state>/api-token`` (root only): root's scripts'
-  token for the hub's REST API (add users to the hub, start and stop their servers).
+  token for the hub's REST API (add users to the hub, start and stop their servers);
+- with ``--spawner docker``: the learner image (docker/Dockerfile's ``learner`` target, built unless
+  ``--learner-image`` names one) and on it the hub's single-user image (hub/singleuser.Dockerfile), which
+  DockerSpawner runs for each learner (hub/jupyterhub_config.py says how; docs/JUPYTERHUB.md, "DockerSpawner").
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -70,6 +75,12 @@ class Settings:
     assignments: list = field(default_factory=lambda: list(ASSIGNMENTS))
     cpu: bool = True  # no GPU: Triton's interpreter in every learner's kernel
     build_venv: bool = True  # False: ``venv`` is an existing environment with the course and requirements/hub.txt
+    spawner: str = "local"  # "docker": each learner's server is a container of ``image`` (DockerSpawner)
+    learner_image: str = ""  # docker/Dockerfile's learner target (setup builds triton-course:cpu or :gpu if empty)
+    image: str = ""  # the single-user image hub/singleuser.Dockerfile makes of it (setup sets it)
+    docker: str = ""  # the Docker client setup builds with (empty: found on PATH)
+    docker_network: str = "bridge"  # the learners' containers' network
+    hub_ip: str = ""  # the hub's address on that network (empty: the network's gateway, asked when the hub starts)
 
     @property
     def course_dir(self) -> Path:
@@ -206,6 +217,61 @@ def write_role_configs(settings: Settings) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+def docker_client(given: str = "") -> str:
+    """A Docker client that builds with BuildKit (the images use ``RUN --mount``): Debian's 20.10 has it built in,
+    newer clients need the buildx plugin."""
+    for client in ([given] if given else ["/usr/bin/docker", shutil.which("docker") or ""]):
+        if not client or not os.access(client, os.X_OK):
+            continue
+        out = subprocess.run([client, "version", "--format", "{{.Client.Version}}"], capture_output=True,
+                             text=True).stdout.strip()
+        major = int(out.split(".")[0]) if out[:1].isdigit() else 0
+        if 0 < major < 23 or subprocess.run([client, "buildx", "version"], capture_output=True).returncode == 0:
+            return client
+    sys.exit("--spawner docker needs a Docker client that builds with BuildKit (Debian's docker.io, or Docker's "
+             "own with the buildx plugin) and a running engine: `bash tools/docker-engine.sh` installs and starts "
+             "Debian's")
+
+
+def hub_image_name(learner_image: str) -> str:
+    """triton-course:cpu -> triton-course-hub:cpu"""
+    name, tag = learner_image, "latest"
+    if ":" in learner_image.rsplit("/", 1)[-1]:
+        name, tag = learner_image.rsplit(":", 1)
+    return f"{name}-hub:{tag}"
+
+
+def build_images(settings: Settings) -> None:
+    """The learner image (unless given) and the hub's single-user image on it. Each build is cached by Docker: a
+    second setup rebuilds nothing that did not change."""
+    docker = settings.docker = docker_client(settings.docker)
+    if subprocess.run([docker, "info"], capture_output=True, timeout=60).returncode != 0:
+        sys.exit(f"`{docker} info` fails: no Docker engine answers (`bash tools/docker-engine.sh` starts Debian's)")
+    env = dict(os.environ, DOCKER_BUILDKIT="1")
+    flavor = "cpu" if settings.cpu else "gpu"
+    if not settings.learner_image:
+        settings.learner_image = f"triton-course:{flavor}"
+        print(f"tritonhub: building the learner image {settings.learner_image} (docker/Dockerfile, FLAVOR={flavor})")
+        run([docker, "build", "-f", str(REPO / "docker" / "Dockerfile"), "--target", "learner",
+             "--build-arg", f"FLAVOR={flavor}", "-t", settings.learner_image, str(REPO)], env=env)
+    elif subprocess.run([docker, "image", "inspect", settings.learner_image], capture_output=True).returncode != 0:
+        sys.exit(f"the learner image {settings.learner_image} is not on this Docker engine")
+    settings.image = hub_image_name(settings.learner_image)
+    print(f"tritonhub: building the hub's single-user image {settings.image} on {settings.learner_image}")
+    with tempfile.TemporaryDirectory(prefix="tritonhub-image-") as tmp:
+        # a context of its own: the four things hub/singleuser.Dockerfile copies, and nothing else of the repository
+        context = Path(tmp)
+        tracked = run(["git", "-C", str(REPO), "ls-files", "-z", "--", "tritoncourse"], capture_output=True).stdout
+        for rel in [*filter(None, tracked.decode().split("\0")), "requirements/lock.txt", "requirements/hub.txt",
+                    "pyproject.toml"]:
+            if (REPO / rel).is_file():
+                (context / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / rel, context / rel)
+        shutil.copy2(HUB / "singleuser.Dockerfile", context / "Dockerfile")
+        run([docker, "build", "--build-arg", f"LEARNER_IMAGE={settings.learner_image}", "-t", settings.image,
+             str(context)], env=env)
+
+
 def setup(settings: Settings) -> None:
     if os.geteuid() != 0:
         sys.exit("tritonhub setup runs as root (it makes Unix accounts and spawns servers as them)")
@@ -215,6 +281,8 @@ def setup(settings: Settings) -> None:
     state = Path(settings.state)
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o711)  # the role configuration below it is read by the users' servers; nothing is listable
+    if settings.spawner not in ("local", "docker"):
+        sys.exit(f"--spawner is local or docker, not {settings.spawner!r}")
     if settings.build_venv:
         build_venv(settings)
     elif not (Path(settings.venv) / "bin" / "jupyterhub-singleuser").exists():
@@ -231,7 +299,8 @@ def setup(settings: Settings) -> None:
         (state / "instructor-password").chmod(0o600)
         print(f"tritonhub: instructor account {settings.instructor!r}, password in {state / 'instructor-password'}")
     add_account(settings.instructor, [], password)
-    probe = as_user(settings.instructor, [f"{settings.venv}/bin/python", "-c", "import nbgrader, jupyterhub"],
+    modules = "nbgrader, jupyterhub" + (", dockerspawner" if settings.spawner == "docker" else "")
+    probe = as_user(settings.instructor, [f"{settings.venv}/bin/python", "-c", f"import {modules}"],
                     settings, check=False, capture_output=True, text=True)
     if probe.returncode != 0:
         sys.exit(f"{settings.venv} cannot be used by other users (an interpreter or packages under /root?):\n"
@@ -240,6 +309,8 @@ def setup(settings: Settings) -> None:
     exchange.mkdir(parents=True, exist_ok=True)
     exchange.chmod(0o1777)  # nbgrader: writable by all; sticky: nobody removes another's course folder
     write_role_configs(settings)
+    if settings.spawner == "docker":
+        build_images(settings)
     copy_course(settings)
     release = settings.course_dir / "release"
     for assignment in settings.assignments:
@@ -343,6 +414,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--existing-venv", action="store_true",
                    help="use --venv as it is (it holds the course's requirements and requirements/hub.txt)")
     p.add_argument("--gpu", action="store_true", help="torch's CUDA build, no interpreter (default: nvidia-smi)")
+    p.add_argument("--spawner", choices=["local", "docker"], default="local",
+                   help="docker: each learner's server is a container of the learner image (DockerSpawner)")
+    p.add_argument("--learner-image", default="",
+                   help="an existing learner image (docker/Dockerfile's learner target); default: build it")
+    p.add_argument("--docker", default="", help="the Docker client (default: one on PATH that builds with BuildKit)")
+    p.add_argument("--docker-network", default=Settings.docker_network)
+    p.add_argument("--hub-ip", default="", help="the hub's address on that network (default: its gateway)")
     a = p.parse_args(argv)
     if a.command == "setup":
         gpu = a.gpu or bool(shutil.which("nvidia-smi")
@@ -350,7 +428,8 @@ def main(argv: list[str] | None = None) -> None:
         setup(Settings(venv=a.venv, state=a.state, exchange=a.exchange, instructor=a.instructor,
                        learners_group=a.learners_group, course_id=a.course_id, port=a.port, hub_port=a.hub_port,
                        proxy_api_port=a.proxy_api_port, chp=a.chp, assignments=a.assignments, cpu=not gpu,
-                       build_venv=not a.existing_venv))
+                       build_venv=not a.existing_venv, spawner=a.spawner, learner_image=a.learner_image,
+                       docker=a.docker, docker_network=a.docker_network, hub_ip=a.hub_ip))
         return
     settings = Settings.load(a.state)
     if a.command in ("users", "remove-users"):

@@ -10,6 +10,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cpu_profile  # noqa: E402
 import scheduling  # noqa: E402
+# The Docker engine's session fixtures (the base, torch's wheel, the CPU learner image), built once for
+# test_container.py and test_hub_docker.py.
+from docker_images import base, cpu_image, torch_index  # noqa: E402,F401
 from tritoncourse.device import setup_device  # noqa: E402
 
 DEVICE = setup_device()
