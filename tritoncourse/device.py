@@ -38,7 +38,33 @@ def setup_device() -> str:
 
         np.seterr(all="ignore")
         warnings.filterwarnings("ignore", category=RuntimeWarning)
+        _skip_discarded_overflow_checks()
     return device
+
+
+def _skip_discarded_overflow_checks() -> None:
+    """Spare the interpreter work whose result it throws away.
+
+    Triton's interpreter (3.6) computes an overflow check for every 32-bit integer add, sub and mul
+    (InterpreterOptions.sanitize_overflow, on by default: the operands cast to int64, the operation, two
+    comparisons), then hands it to device_assert, which drops it unless the options' ``debug`` is on. Off
+    in debug mode it changes nothing a kernel computes or raises; it is about a fifth of the CPU time of a
+    phase-1 check (1.87 s instead of 2.41 s for the 2**20-element test, 2026-11-26).
+    """
+    try:
+        import dataclasses
+
+        from triton.runtime import interpreter
+    except Exception:  # another Triton: leave it as it is
+        return
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if options is None or getattr(options, "debug", True) or not getattr(options, "sanitize_overflow", False):
+        return
+    try:
+        builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    except (TypeError, ValueError):
+        pass
 
 
 def gpu_name() -> str | None:

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..checking import fresh_seed
+from ..seeds import fresh_seed
 from .kernel_test_cell import DEFAULT_TIMEOUT, MAGIC, hidden_only, is_kernel_test, parse_cell, test_title
 from .source import Assembly, assemble, parse
 from .verdict import (GRADER_ERROR, OUT_OF_BOUNDS_HINT, UNMASKED_LOAD_HINT, Outcome, _outcome,

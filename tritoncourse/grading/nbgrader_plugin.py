@@ -24,7 +24,7 @@ from traitlets import Bool, Float, Integer
 from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade, is_solution
 
-from ..checking import fresh_seed
+from ..seeds import fresh_seed
 from ..device import infer_device
 from . import sandbox
 from .execute import ResilientExecute
