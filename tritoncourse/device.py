@@ -18,11 +18,18 @@ def interpreter_requested() -> bool:
 
 def infer_device() -> str:
     """'cuda' when kernels will be compiled for a GPU, 'cpu' when they run on the interpreter."""
-    if interpreter_requested():
+    if interpreter_requested() or not _gpu_device_nodes():
         return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _gpu_device_nodes() -> bool:
+    """Whether this machine shows a device node CUDA could use (NVIDIA's on Linux, /dev/dxg under WSL 2). Without
+    one torch.cuda.is_available() is False, so the grader's processes learn "cpu" without importing torch (a second
+    of CPU in each)."""
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/dxg")
 
 
 def setup_device() -> str:
