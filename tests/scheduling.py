@@ -35,16 +35,25 @@ def _module(item) -> str:
 
 
 def _own_fixtures(item) -> list[str]:
-    """The module- or session-scoped fixtures of the test's own module that the test uses."""
+    """The module- or session-scoped fixtures of the suite's own modules that the test uses, as
+    ``defining_module:name``: its own module's, and those of helper modules that several test modules share (an
+    image built once, e.g. tests/docker_images.py), which so put those modules' tests in one group. Fixtures of
+    installed plugins (tmp_path_factory...) and ``SHARED`` ones are no reason to group."""
     info = getattr(item, "_fixtureinfo")
     autouse = set(info.initialnames) - set(info.argnames)  # cheap checks every test of a module runs
+    tests_dir = Path(__file__).resolve().parent
     out = []
     for name, defs in info.name2fixturedefs.items():
         d = defs[-1]
         if name in SHARED or name in autouse or d.scope not in ("module", "session", "package"):
             continue
-        if getattr(d.func, "__module__", "").rsplit(".", 1)[-1] == _module(item):
-            out.append(name)
+        module = getattr(d.func, "__module__", "")
+        try:
+            source = Path(getattr(__import__("sys").modules.get(module), "__file__", "") or "").resolve()
+        except (OSError, TypeError):
+            continue
+        if source.parent == tests_dir and source.stem != "conftest":
+            out.append(f"{source.stem}:{name}")
     return out
 
 
@@ -61,10 +70,9 @@ def groups(items) -> dict[int, str | None]:
 
     keys = {}
     for i, item in enumerate(items):
-        mod = _module(item)
         params = getattr(getattr(item, "callspec", None), "params", {})
         phase = params.get("assignment")
-        nodes = [f"{mod}:{name}" + (f"[{phase}]" if phase else "") for name in _own_fixtures(item)]
+        nodes = [key + (f"[{phase}]" if phase else "") for key in _own_fixtures(item)]
         if not nodes:
             keys[i] = None
             continue
