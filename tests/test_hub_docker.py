@@ -92,9 +92,11 @@ def _skip_unless_possible() -> tuple[str, str]:
 class DockerHub(Hub):
     """tests/hub_env.py's hub, set up with ``--spawner docker`` on the session's learner image."""
 
-    def __init__(self, scratch: Path, chp: str, client: str, learner_image: str):
-        self.client, self.learner_image = client, learner_image
-        super().__init__(scratch, chp)
+    def __init__(self, scratch: Path, chp: str, client: str, learner_image: str, times: dict):
+        self.client, self.learner_image, self.times = client, learner_image, times
+        start = time.monotonic()
+        super().__init__(scratch, chp)  # (copies this interpreter and .venv's packages: portable_venv)
+        times["the hub's environment (tests/hub_env.py's portable_venv)"] = round(time.monotonic() - start, 1)
 
     def setup(self) -> None:
         cmd = self.tool + ["setup", *self.args, "--existing-venv", "--venv", str(self.venv), "--exchange",
@@ -103,8 +105,12 @@ class DockerHub(Hub):
                            "--hub-port", str(hub_env.free_port()), "--proxy-api-port", str(hub_env.free_port()),
                            "--spawner", "docker", "--learner-image", self.learner_image, "--docker", self.client]
         self.made_users.append(self.instructor)
+        start = time.monotonic()
         hub_env._run(cmd)
-        self.add_learners([self.learners["a"], self.learners["b"]], "Learner")
+        self.times["tritonhub.py setup --spawner docker (hub image layer, course, gradebook)"] = \
+            round(time.monotonic() - start, 1)
+        self.times["tritonhub.py users (2 learners)"] = round(
+            self.add_learners([self.learners["a"], self.learners["b"]], "Learner"), 1)
         self.settings = json.loads((self.state / "settings.json").read_text())
         self.course = Path(pwd.getpwnam(self.instructor).pw_dir) / self.settings["course_id"]
 
@@ -226,6 +232,8 @@ def _probe_code(hub: DockerHub, a_home: Path, b_home: Path) -> str:
         "    'uid': os.getuid(), 'gid': os.getgid(), 'user': pwd.getpwuid(os.getuid()).pw_name,\n"
         "    'prefix': sys.prefix, 'interpret': os.environ.get('TRITON_INTERPRET'),\n"
         "    'tritoncourse': tritoncourse.__file__, 'passwd': open('/etc/passwd').read(),\n"
+        "    'pid1': open('/proc/1/cmdline', 'rb').read().split(b'\\0')[0].decode(),\n"
+        "    'process_uids': sorted({os.stat(f'/proc/{p}').st_uid for p in os.listdir('/proc') if p.isdigit()}),\n"
         f"    **{{k: probe(p, l) for k, (p, l) in {paths!r}.items()}},\n"
         "}))\n")
 
@@ -242,12 +250,11 @@ def docker_hub(cpu_image, monkeypatch):
     scratch.chmod(0o711)
     h, times, began = None, {}, time.monotonic()
     try:
-        start = time.monotonic()
-        h = DockerHub(scratch, chp, client, cpu_image)
-        h.times = times
+        h = DockerHub(scratch, chp, client, cpu_image, times)
         h.setup()
-        times["setup (accounts, hub image layer, course)"] = round(time.monotonic() - start, 1)
+        start = time.monotonic()
         h.as_user(h.instructor, "nbgrader", "release_assignment", PHASE, "--log-level=WARN", cwd=h.course)
+        times["release_assignment"] = round(time.monotonic() - start, 1)
         start = time.monotonic()
         h.start()
         times["hub start"] = round(time.monotonic() - start, 1)
@@ -377,6 +384,8 @@ def test_learner_fetches_and_submits_in_a_container_of_the_learner_image(docker_
         assert seen[what] == "FileNotFoundError", f"{what}: {seen[what]} (not mounted: it must not exist there)"
     assert seen["inbound"] == "PermissionError", seen  # nbgrader's inbound/ (2733): written, never listed
     assert [line.split(":")[0] for line in seen["passwd"].splitlines()] == ["root", a], seen["passwd"]
+    # a pid namespace of its own: Docker's init, then A's processes only (no other user's, no host's)
+    assert seen["pid1"].endswith("docker-init") and seen["process_uids"] == [a_pw.pw_uid], seen
 
     # The instructor's server: a local process as the instructor, no container.
     deadline = time.monotonic() + 240
