@@ -238,11 +238,18 @@ def _probe_code(hub: DockerHub, a_home: Path, b_home: Path) -> str:
         "}))\n")
 
 
+@pytest.fixture(scope="session")
+def hub_possible() -> tuple[str, str]:
+    """configurable-http-proxy's path and the Docker client, or the reason to skip; before ``cpu_image`` (same scope,
+    named first): no image is built for a test that skips."""
+    return _skip_unless_possible()
+
+
 @pytest.fixture
-def docker_hub(cpu_image, monkeypatch):
+def docker_hub(hub_possible, cpu_image, monkeypatch):
     """A hub with DockerSpawner on the session's CPU learner image: the instructor, learners a and b, 01_vector_add
     released, started; stopped, its containers and accounts deleted afterwards (its log kept in ARTIFACTS)."""
-    chp, client = _skip_unless_possible()
+    chp, client = hub_possible
     monkeypatch.setattr(hub_env, "PORTABLE", PORTABLE)
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     ARTIFACTS.mkdir(parents=True)
