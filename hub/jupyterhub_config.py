@@ -9,7 +9,9 @@ course's learner image instead (DockerSpawner; hub/singleuser.Dockerfile), run a
 with the learner's home and nbgrader's exchange mounted at their paths and nothing else of the machine; the GPUs
 are passed through when the machine has one. The instructor's server stays a local process: Formgrader and the
 grading sandbox need the course directory and bubblewrap, which no learner container has. The hub's own API then
-listens on the Docker network's gateway instead of 127.0.0.1 (the containers' only way to the hub).
+listens on the Docker network's gateway instead of 127.0.0.1 (the containers' only way to the hub). The learners'
+containers share a network of their own (setup makes it) on which inter-container communication is off: none reaches
+another's server. Each has a memory, CPU and process limit (settings' mem_limit, cpu_limit, pids_limit).
 """
 import grp
 import json
@@ -78,7 +80,12 @@ if s.get("spawner", "local") == "docker":
         import docker  # docker-py, DockerSpawner's own client
 
         client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
-        gateways = [g["Gateway"] for g in client.inspect_network(network)["IPAM"]["Config"] if g.get("Gateway")]
+        try:
+            found = client.inspect_network(network)
+        except docker.errors.NotFound:
+            raise SystemExit(f"the Docker network {network!r} is missing: `tritonhub.py setup --spawner docker` "
+                             "makes it (`teardown` removed it?)") from None
+        gateways = [g["Gateway"] for g in (found["IPAM"]["Config"] or []) if g.get("Gateway")]
         if not gateways:
             raise SystemExit(f"the Docker network {network!r} names no gateway: give its host address as the "
                              "settings' hub_ip (tritonhub.py setup --hub-ip)")
@@ -106,10 +113,34 @@ if s.get("spawner", "local") == "docker":
     c.DockerSpawner.pull_policy = "never"  # a local image: never replaced by a registry's
     c.DockerSpawner.remove = True  # a stopped server's container is deleted; the learner's home stays on the host
     c.DockerSpawner.name_template = "tritonhub-{username}"
+    # The learners' network (tritonhub.py setup: a bridge with inter-container communication off, so no learner's
+    # container reaches another's; each reaches the host, hence the hub's API on the gateway). The proxy reaches each
+    # server on a port published on 127.0.0.1, as on Docker's default bridge (DockerSpawner's default for any other
+    # network would be the container's own address).
     c.DockerSpawner.network_name = s["docker_network"]
+    c.DockerSpawner.use_internal_ip = False
     c.DockerSpawner.cmd = ["jupyterhub-singleuser"]
     c.DockerSpawner.environment = {}  # the image's PATH, and TRITON_INTERPRET=1 in the CPU image
+    # Limits of each learner's container (0: none). Defaults are tritonhub.py Settings' (also for a settings.json
+    # written before they existed): memory of all its processes together with no swap beyond it (the kernel's
+    # OOM killer acts inside the container), CPU time as a CFS quota (DockerSpawner's cpu_limit: CpuQuota over a
+    # CpuPeriod of 100 ms), processes and threads at once (the pids cgroup: a fork bomb stops there).
+    _limits = {"mem_limit": "6G", "cpu_limit": 2.0, "pids_limit": 1024}
+    _limits.update({k: s[k] for k in _limits if k in s})
+
+    def _bytes(text: str) -> int:
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}  # as DockerSpawner's ByteSpecification
+        text = str(text).strip()
+        return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(float(text))
+
+    _memory, _cpus, _pids = _bytes(_limits["mem_limit"]), float(_limits["cpu_limit"]), int(_limits["pids_limit"])
+    if _memory:
+        c.DockerSpawner.mem_limit = _memory
+    if _cpus:
+        c.DockerSpawner.cpu_limit = _cpus
     c.DockerSpawner.extra_host_config = {
+        **({"memswap_limit": _memory} if _memory else {}),  # memory and swap together: no swap beyond the limit
+        **({"pids_limit": _pids} if _pids else {}),
         "init": True,  # an init process reaps the kernels' children, as docker/compose.yaml's services have
         "cap_drop": ["ALL"],  # the learner's uid needs no capability
         "security_opt": ["no-new-privileges"],
@@ -138,7 +169,9 @@ if s.get("spawner", "local") == "docker":
                            s["exchange"]: {"bind": s["exchange"], "mode": "rw"}}
         spawner.read_only_volumes = {role_dir: role_dir, os.path.join(ids, "passwd"): "/etc/passwd",
                                      os.path.join(ids, "group"): "/etc/group"}
-        spawner.extra_create_kwargs = {"user": f"{pw.pw_uid}:{pw.pw_gid}", "working_dir": pw.pw_dir}
+        spawner.extra_create_kwargs = {"user": f"{pw.pw_uid}:{pw.pw_gid}", "working_dir": pw.pw_dir,
+                                       # this hub's: `tritonhub.py teardown` removes any left behind
+                                       "labels": {"org.tritoncourse.hub.state": state}}
         spawner.notebook_dir = pw.pw_dir
         spawner.environment = dict(spawner.environment, HOME=pw.pw_dir, USER=pw.pw_name)
 

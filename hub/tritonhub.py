@@ -4,9 +4,11 @@ Run as root with any Python 3.10+ (standard library only):
 
     python3 hub/tritonhub.py setup [--venv DIR] [--instructor NAME] ...   # idempotent
     python3 hub/tritonhub.py setup --spawner docker [--learner-image IMAGE]  # learners' servers in containers
+        [--mem-limit 6G] [--cpu-limit 2] [--pids-limit 1024]                  # each learner container's limits
     python3 hub/tritonhub.py users ROSTER.csv                              # learners' Unix accounts
     python3 hub/tritonhub.py remove-users ROSTER.csv                       # only accounts of the learners' group
     python3 hub/tritonhub.py start                                         # JupyterHub on 127.0.0.1
+    python3 hub/tritonhub.py teardown                                      # (docker) the learners' network, after
 
 What set-up makes (each step skipped when already there):
 - the hub's virtual environment (``--venv``): the course's pinned requirements, requirements/hub.txt and the
@@ -26,7 +28,12 @@ What set-up makes (each step skipped when already there):
   token for the hub's REST API (add users to the hub, start and stop their servers);
 - with ``--spawner docker``: the learner image (docker/Dockerfile's ``learner`` target, built unless
   ``--learner-image`` names one) and on it the hub's single-user image (hub/singleuser.Dockerfile), which
-  DockerSpawner runs for each learner (hub/jupyterhub_config.py says how; docs/JUPYTERHUB.md, "DockerSpawner").
+  DockerSpawner runs for each learner (hub/jupyterhub_config.py says how; docs/JUPYTERHUB.md, "DockerSpawner"),
+  and the learners' Docker network (``--docker-network``, default ``tritonhub-learners``): a bridge with
+  inter-container communication off, so that no learner's container reaches another's server; each container's
+  memory, CPU and process limits (``--mem-limit``, ``--cpu-limit``, ``--pids-limit``) go into the settings.
+``teardown`` removes what set-up made on the Docker engine and the hub leaves: containers of this hub still there
+and that network (images, accounts and the state folder stay).
 """
 from __future__ import annotations
 
@@ -79,8 +86,14 @@ class Settings:
     learner_image: str = ""  # docker/Dockerfile's learner target (setup builds triton-course:cpu or :gpu if empty)
     image: str = ""  # the single-user image hub/singleuser.Dockerfile makes of it (setup sets it)
     docker: str = ""  # the Docker client setup builds with (empty: found on PATH)
-    docker_network: str = "bridge"  # the learners' containers' network
+    docker_network: str = "tritonhub-learners"  # the learners' containers' network (setup makes it: no ICC)
     hub_ip: str = ""  # the hub's address on that network (empty: the network's gateway, asked when the hub starts)
+    # Each learner's container (DockerSpawner; 0: no limit). Memory: all its processes together (no swap beyond
+    # it), as the grading sandbox allows one process (tritoncourse/grading/sandbox_limits.py); CPU: the CPUs' worth
+    # of time its processes share (a CFS quota); processes: tasks (processes and threads) at once (pids cgroup).
+    mem_limit: str = "6G"
+    cpu_limit: float = 2.0
+    pids_limit: int = 1024
 
     @property
     def course_dir(self) -> Path:
@@ -272,6 +285,71 @@ def build_images(settings: Settings) -> None:
              str(context)], env=env)
 
 
+# What setup's Docker network and the hub's containers carry: the state folder of the hub that made them.
+HUB_LABEL = "org.tritoncourse.hub.state"
+NO_ICC = "com.docker.network.bridge.enable_icc"
+MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?[KMGT]?$")
+
+
+def check_limits(settings: Settings) -> None:
+    """The learners' containers' limits, as ``setup`` takes them (0: none)."""
+    if not MEMORY.match(str(settings.mem_limit)):
+        sys.exit(f"--mem-limit is bytes with an optional K, M, G or T (6G, 1536M; 0: none), not {settings.mem_limit!r}")
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    mem = str(settings.mem_limit)
+    size = float(mem[:-1]) * units[mem[-1]] if mem[-1] in units else float(mem)
+    if 0 < size < 256 << 20:
+        sys.exit(f"--mem-limit {mem} is below 256M: too little for JupyterLab and a kernel")
+    if not 0 <= settings.cpu_limit <= 1024:
+        sys.exit(f"--cpu-limit is CPUs (2, 0.5; 0: none), not {settings.cpu_limit}")
+    if settings.pids_limit and not 64 <= settings.pids_limit:
+        sys.exit(f"--pids-limit {settings.pids_limit} is below 64: too few for JupyterLab and a kernel (0: none)")
+
+
+def ensure_network(settings: Settings) -> None:
+    """The learners' Docker network: a bridge with inter-container communication off (each learner's container
+    reaches the host, whose gateway address serves the hub's API, but no other container on it). Made once,
+    labelled with this hub's state folder; an existing network of that name is used only if its ICC is off."""
+    docker, name = settings.docker, settings.docker_network
+    found = subprocess.run([docker, "network", "inspect", name], capture_output=True, text=True)
+    if found.returncode == 0:
+        net = json.loads(found.stdout)[0]
+        if net.get("Driver") != "bridge" or (net.get("Options") or {}).get(NO_ICC) != "false":
+            sys.exit(f"the Docker network {name!r} exists and lets containers reach each other (driver "
+                     f"{net.get('Driver')!r}, {NO_ICC}={(net.get('Options') or {}).get(NO_ICC)!r}): learners' "
+                     "containers could reach each other's servers on it. Name another with --docker-network "
+                     "(setup makes it), or remove that one (docker network rm) if nothing else uses it")
+        return
+    print(f"tritonhub: the learners' Docker network {name} (a bridge, inter-container communication off)")
+    run([docker, "network", "create", "--driver", "bridge", "--opt", f"{NO_ICC}=false",
+         "--label", f"{HUB_LABEL}={settings.state}", name], stdout=subprocess.DEVNULL)
+
+
+def teardown(settings: Settings) -> None:
+    """After the hub has stopped: the learners' containers of this hub still on the engine (the hub deletes each
+    one when its server stops; a hub killed outright leaves them) and the learners' network, if setup made it.
+    Images, accounts, homes, the course and the state folder stay."""
+    if os.geteuid() != 0:
+        sys.exit("tritonhub teardown runs as root")
+    if settings.spawner != "docker":
+        print("tritonhub: nothing to tear down (the hub does not use Docker)")
+        return
+    docker = docker_client(settings.docker)
+    ids = run([docker, "ps", "-aq", "--filter", f"label={HUB_LABEL}={settings.state}"], capture_output=True,
+              text=True).stdout.split()
+    if ids:
+        run([docker, "rm", "-f", *ids], stdout=subprocess.DEVNULL)
+        print(f"tritonhub: removed {len(ids)} learner container(s) of this hub")
+    found = subprocess.run([docker, "network", "inspect", settings.docker_network], capture_output=True, text=True)
+    if found.returncode != 0:
+        return
+    if (json.loads(found.stdout)[0].get("Labels") or {}).get(HUB_LABEL) != settings.state:
+        print(f"tritonhub: the Docker network {settings.docker_network} was not made by this hub's setup: left")
+        return
+    run([docker, "network", "rm", settings.docker_network], stdout=subprocess.DEVNULL)
+    print(f"tritonhub: removed the Docker network {settings.docker_network}")
+
+
 def setup(settings: Settings) -> None:
     if os.geteuid() != 0:
         sys.exit("tritonhub setup runs as root (it makes Unix accounts and spawns servers as them)")
@@ -283,6 +361,7 @@ def setup(settings: Settings) -> None:
     state.chmod(0o711)  # the role configuration below it is read by the users' servers; nothing is listable
     if settings.spawner not in ("local", "docker"):
         sys.exit(f"--spawner is local or docker, not {settings.spawner!r}")
+    check_limits(settings)
     if settings.build_venv:
         build_venv(settings)
     elif not (Path(settings.venv) / "bin" / "jupyterhub-singleuser").exists():
@@ -311,6 +390,7 @@ def setup(settings: Settings) -> None:
     write_role_configs(settings)
     if settings.spawner == "docker":
         build_images(settings)
+        ensure_network(settings)
     copy_course(settings)
     release = settings.course_dir / "release"
     for assignment in settings.assignments:
@@ -402,7 +482,7 @@ def start_command(settings: Settings) -> tuple[list[str], dict]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=["setup", "users", "remove-users", "start"])
+    p.add_argument("command", choices=["setup", "users", "remove-users", "start", "teardown"])
     p.add_argument("roster", nargs="?", type=Path)
     p.add_argument("--state", default=Settings.state)
     defaults = Settings()
@@ -421,6 +501,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--docker", default="", help="the Docker client (default: one on PATH that builds with BuildKit)")
     p.add_argument("--docker-network", default=Settings.docker_network)
     p.add_argument("--hub-ip", default="", help="the hub's address on that network (default: its gateway)")
+    p.add_argument("--mem-limit", default=defaults.mem_limit,
+                   help=f"each learner container's memory, swap included (default {defaults.mem_limit}; 0: none)")
+    p.add_argument("--cpu-limit", type=float, default=defaults.cpu_limit,
+                   help=f"each learner container's CPUs' worth of time (default {defaults.cpu_limit:g}; 0: none)")
+    p.add_argument("--pids-limit", type=int, default=defaults.pids_limit,
+                   help=f"each learner container's processes and threads (default {defaults.pids_limit}; 0: none)")
     a = p.parse_args(argv)
     if a.command == "setup":
         gpu = a.gpu or bool(shutil.which("nvidia-smi")
@@ -429,10 +515,13 @@ def main(argv: list[str] | None = None) -> None:
                        learners_group=a.learners_group, course_id=a.course_id, port=a.port, hub_port=a.hub_port,
                        proxy_api_port=a.proxy_api_port, chp=a.chp, assignments=a.assignments, cpu=not gpu,
                        build_venv=not a.existing_venv, spawner=a.spawner, learner_image=a.learner_image,
-                       docker=a.docker, docker_network=a.docker_network, hub_ip=a.hub_ip))
+                       docker=a.docker, docker_network=a.docker_network, hub_ip=a.hub_ip,
+                       mem_limit=a.mem_limit, cpu_limit=a.cpu_limit, pids_limit=a.pids_limit))
         return
     settings = Settings.load(a.state)
-    if a.command in ("users", "remove-users"):
+    if a.command == "teardown":
+        teardown(settings)
+    elif a.command in ("users", "remove-users"):
         if a.roster is None:
             sys.exit(f"usage: tritonhub.py {a.command} ROSTER.csv")
         (add_users if a.command == "users" else remove_users)(settings, a.roster)

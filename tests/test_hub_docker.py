@@ -18,6 +18,18 @@ thin layer) with throw-away Unix accounts (th<random>-*, deleted afterwards, onl
 - the instructor's `nbgrader collect` takes both submissions, each its owner's notebook; stopping A's server
   deletes its container.
 
+Limits and the network (set up with limits of the test's own, not the course's defaults, so that they are seen to be
+the configured ones, and on a learners' network of its own, removed by ``tritonhub.py teardown`` afterwards):
+
+- A's and B's containers (B's server is started as a container too, through the hub's API) have the configured
+  memory (swap included), CPU quota and pids limit (docker inspect), on the learners' network, whose inter-container
+  communication is off;
+- in A's container, a bounded fork loop (at most twice the limit, 30 s) stops with EAGAIN at the pids limit (the
+  container's pids cgroup full), and afterwards A's kernel, A's server and the hub answer;
+- A's kernel cannot open a TCP connection to B's server (B's address on the network, and B's port published on the
+  host, through the gateway) nor the hub's proxy (127.0.0.1 only), nor B (a process of B's uid in B's container) to
+  A's, while both reach the hub's API on the gateway and the host reaches B's server.
+
 Without a GPU (CI) the container gets none, and the configuration test below checks that the GPU request is there only
 where the machine has one: the GPU path itself was not run here. Root only (Unix accounts); needs a Docker engine
 (as test_container.py: skipped without one, failed in CI as root) and configurable-http-proxy. Seconds of each step:
@@ -33,6 +45,7 @@ import os
 import pwd
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -59,6 +72,11 @@ ARTIFACTS = ROOT / "tests" / "artifacts" / "hub-docker"
 # (/opt/tritonhub-test, rebuilt by each hub) may run at the same time on another worker.
 PORTABLE = Path("/opt/tritonhub-docker-test")
 COURSE_ID = "triton-kernels"
+# The learners' containers' limits here (tritonhub.py setup's --mem-limit, --cpu-limit, --pids-limit): not the course's
+# defaults (6G, 2, 1024), so that inspect shows the configured ones; small enough for a quick fork loop.
+LIMITS = {"mem_limit": "1536M", "cpu_limit": 1.5, "pids_limit": 256}
+MEMORY_BYTES = 1536 << 20
+HUB_LABEL = "org.tritoncourse.hub.state"  # tritonhub.py's label on the learners' network and containers
 
 
 def _tritonhub():
@@ -96,6 +114,7 @@ class DockerHub(Hub):
         self.client, self.learner_image, self.times = client, learner_image, times
         start = time.monotonic()
         super().__init__(scratch, chp)  # (copies this interpreter and .venv's packages: portable_venv)
+        self.network = f"{self.prefix}-learners"  # the learners' network of this hub alone
         times["the hub's environment (tests/hub_env.py's portable_venv)"] = round(time.monotonic() - start, 1)
 
     def setup(self) -> None:
@@ -103,7 +122,9 @@ class DockerHub(Hub):
                            str(self.scratch / "exchange"), "--instructor", self.instructor, "--learners-group",
                            self.prefix, "--assignments", PHASE, "--chp", self.chp, "--port", str(self.port),
                            "--hub-port", str(hub_env.free_port()), "--proxy-api-port", str(hub_env.free_port()),
-                           "--spawner", "docker", "--learner-image", self.learner_image, "--docker", self.client]
+                           "--spawner", "docker", "--learner-image", self.learner_image, "--docker", self.client,
+                           "--docker-network", self.network, "--mem-limit", LIMITS["mem_limit"],
+                           "--cpu-limit", str(LIMITS["cpu_limit"]), "--pids-limit", str(LIMITS["pids_limit"])]
         self.made_users.append(self.instructor)
         start = time.monotonic()
         hub_env._run(cmd)
@@ -124,6 +145,21 @@ class DockerHub(Hub):
         ids = run(self.client, "ps", "-aq", "--filter", f"name=tritonhub-{self.prefix}", check=False).stdout.split()
         if ids:
             run(self.client, "rm", "-f", *ids, check=False)
+
+    def network_info(self) -> dict | None:
+        found = run(self.client, "network", "inspect", self.network, check=False)
+        return json.loads(found.stdout)[0] if found.returncode == 0 else None
+
+    def teardown(self) -> None:
+        """`tritonhub.py teardown`: the learners' network (and any container of this hub) removed; where set-up never
+        finished (no settings), the network by its label."""
+        ran = (self.state / "settings.json").exists()
+        if ran:
+            hub_env._run(self.tool + ["teardown", *self.args])
+        left = self.network_info()
+        if left is not None and (left.get("Labels") or {}).get(HUB_LABEL) == str(self.state):
+            run(self.client, "network", "rm", self.network, check=False)
+            assert not ran, f"tritonhub.py teardown left the network {self.network}"
 
 
 class Learner:
@@ -238,6 +274,101 @@ def _probe_code(hub: DockerHub, a_home: Path, b_home: Path) -> str:
         "}))\n")
 
 
+def _net_probe_code(targets: dict) -> str:
+    """Python that opens a TCP connection to each ``(host, port)`` of ``targets`` at once (3 s each: Docker drops what
+    inter-container communication off forbids, so a refused one answers at once and a dropped one times out) and asks
+    each URL (the hub's API) for its JSON's version; prints {name: connected | timeout | the error's name | version}."""
+    return (
+        "import json, socket, threading, urllib.request\n"
+        f"targets = {targets!r}\n"
+        "seen = {}\n"
+        "def one(name, target):\n"
+        "    try:\n"
+        "        if isinstance(target, str):\n"
+        "            seen[name] = json.loads(urllib.request.urlopen(target, timeout=30).read())['version']\n"
+        "        else:\n"
+        "            socket.create_connection(tuple(target), timeout=3).close()\n"
+        "            seen[name] = 'connected'\n"
+        "    except socket.timeout:\n"
+        "        seen[name] = 'timeout'\n"
+        "    except Exception as e:\n"
+        "        seen[name] = type(e).__name__\n"
+        "threads = [threading.Thread(target=one, args=item) for item in targets.items()]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "print(json.dumps(seen))\n")
+
+
+# Forks children that wait on a pipe until ``cap`` of them or ``seconds`` have passed or a fork fails; then closes
+# the pipe (every child exits) and reaps them. Prints how many, why it stopped, and the pids cgroup's counters as the
+# container sees them (cgroup v1's pids hierarchy, or v2's unified one). Its children exit with it, even killed.
+FORK_LOOP = r"""
+import errno, json, os, sys, time
+cap, seconds = int(sys.argv[1]), float(sys.argv[2])
+def cgroup(name):
+    for path in ('/sys/fs/cgroup/pids/' + name, '/sys/fs/cgroup/' + name):
+        try:
+            return open(path).read().strip()
+        except OSError:
+            pass
+r, w = os.pipe()
+children, stopped, current = [], None, None
+start = time.monotonic()
+try:
+    while len(children) < cap and time.monotonic() - start < seconds:
+        try:
+            pid = os.fork()
+        except OSError as e:
+            stopped, current = errno.errorcode.get(e.errno, str(e.errno)), cgroup('pids.current')
+            break
+        if pid == 0:
+            os.close(w)
+            os.read(r, 1)
+            os._exit(0)
+        children.append(pid)
+finally:
+    os.close(w)
+    for pid in children:
+        os.waitpid(pid, 0)
+print(json.dumps({'forked': len(children), 'stopped': stopped, 'pids_current_then': current,
+                  'pids_max': cgroup('pids.max'), 'seconds': round(time.monotonic() - start, 2)}))
+"""
+
+
+def _fork_probe_code(cap: int, seconds: float) -> str:
+    """What A's kernel runs: FORK_LOOP in a process of its own (in A's container), killed past 2 x ``seconds``."""
+    return (
+        "import json, subprocess, sys\n"
+        f"p = subprocess.run([sys.executable, '-c', {FORK_LOOP!r}, '{cap}', '{seconds}'], capture_output=True, "
+        f"text=True, timeout={2 * seconds})\n"
+        "print(p.stdout.strip().splitlines()[-1] if p.returncode == 0 else "
+        "json.dumps({'rc': p.returncode, 'stderr': p.stderr[-3000:]}))\n")
+
+
+def _check_limits(info: dict, network: str) -> None:
+    """A learner's container (docker inspect): the configured limits (LIMITS), on the learners' network."""
+    host = info["HostConfig"]
+    seen = {k: host.get(k) for k in ("Memory", "MemorySwap", "CpuQuota", "CpuPeriod", "NanoCpus", "PidsLimit")}
+    # DockerSpawner's cpu_limit is a CFS quota over a period of 100 ms (NanoCpus, `docker run --cpus`, stays 0)
+    assert seen == {"Memory": MEMORY_BYTES, "MemorySwap": MEMORY_BYTES, "CpuQuota": int(LIMITS["cpu_limit"] * 100_000),
+                    "CpuPeriod": 100_000, "NanoCpus": 0, "PidsLimit": LIMITS["pids_limit"]}, seen
+    assert host["NetworkMode"] == network and list(info["NetworkSettings"]["Networks"]) == [network], \
+        (host["NetworkMode"], list(info["NetworkSettings"]["Networks"]))
+    ports = info["NetworkSettings"]["Ports"]
+    assert [b["HostIp"] for bindings in ports.values() for b in bindings or []] == ["127.0.0.1"], ports
+
+
+def _wait_ready(h: DockerHub, user: str, seconds: float = 240) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        server = h.api("GET", f"/users/{user}")[1]["servers"].get("", {})
+        if server.get("ready"):
+            return
+        assert server.get("pending") and time.monotonic() < deadline, \
+            f"{user}'s server did not start: {server}\n{h.log_text()}"
+        time.sleep(1)
+
+
 @pytest.fixture(scope="session")
 def hub_possible() -> tuple[str, str]:
     """configurable-http-proxy's path and the Docker client, or the reason to skip; before ``cpu_image`` (same scope,
@@ -275,12 +406,19 @@ def docker_hub(hub_possible, cpu_image, monkeypatch):
                 if logs.returncode == 0:
                     (ARTIFACTS / f"container-{user}.log").write_text(logs.stdout + logs.stderr)
             start = time.monotonic()
-            h.stop()
-            h.remove_containers()
-            times["teardown"] = round(time.monotonic() - start, 1)
-            times["all of it, beyond the learner image"] = round(time.monotonic() - began, 1)
-            (ARTIFACTS / "times.json").write_text(json.dumps(times, indent=1) + "\n")
-        shutil.rmtree(scratch, ignore_errors=True)
+            try:
+                h.stop()
+                h.remove_containers()
+                times["teardown"] = round(time.monotonic() - start, 1)
+                start = time.monotonic()
+                h.teardown()
+                times["tritonhub.py teardown (the learners' network)"] = round(time.monotonic() - start, 1)
+            finally:
+                times["all of it, beyond the learner image"] = round(time.monotonic() - began, 1)
+                (ARTIFACTS / "times.json").write_text(json.dumps(times, indent=1) + "\n")
+                shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -292,8 +430,12 @@ def test_learner_fetches_and_submits_in_a_container_of_the_learner_image(docker_
     a_home, b_home = h.home(a), h.home(b)
     a_pw = pwd.getpwnam(a)
 
-    # Meanwhile: the instructor's server (a local process) and learner B's submission (nbgrader on the host, as B).
+    # Meanwhile: the instructor's server (a local process), learner B's server (a container, started through the hub's
+    # API: A must not reach it) and B's submission (nbgrader on the host, as B).
     h.api("POST", f"/users/{instructor}/server")
+    b_started = time.monotonic()
+    h.api("POST", f"/users/{b}")  # the hub knows a learner once logged in, or added so
+    h.api("POST", f"/users/{b}/server")
     b_errors: list[BaseException] = []
 
     def learner_b() -> None:
@@ -342,6 +484,14 @@ def test_learner_fetches_and_submits_in_a_container_of_the_learner_image(docker_
         "/etc/group": (str(h.state / "containers" / a / "group"), False)}, mounts
     assert not info["HostConfig"].get("DeviceRequests"), "a GPU was requested on a machine without one"
     assert info["HostConfig"]["CapDrop"] == ["ALL"] and "no-new-privileges" in info["HostConfig"]["SecurityOpt"]
+    # the configured limits, on the learners' network, whose inter-container communication is off (setup made it)
+    _check_limits(info, h.network)
+    network = h.network_info()
+    assert network and network["Driver"] == "bridge" and network["Options"].get(
+        "com.docker.network.bridge.enable_icc") == "false", network
+    assert network["Labels"].get(HUB_LABEL) == str(h.state), network["Labels"]
+    assert info["Config"]["Labels"].get(HUB_LABEL) == str(h.state), info["Config"]["Labels"]
+    gateway = [g["Gateway"] for g in network["IPAM"]["Config"] if g.get("Gateway")][0]
 
     # A's JupyterLab (the hub's OAuth on the way): the Assignment List on, Formgrader off.
     start = time.monotonic()
@@ -377,11 +527,73 @@ def test_learner_fetches_and_submits_in_a_container_of_the_learner_image(docker_
     # A's kernel, in the container: A's own files only.
     start = time.monotonic()
     kernel = learner.json("POST", f"/user/{a}/api/kernels", body={"name": "python3"})
+
+    def in_kernel(code: str) -> dict:
+        return json.loads(learner.execute(kernel["id"], code).strip().splitlines()[-1])
+
     try:
-        seen = json.loads(learner.execute(kernel["id"], _probe_code(h, a_home, b_home)).strip().splitlines()[-1])
+        seen = in_kernel(_probe_code(h, a_home, b_home))
+        times["A's kernel probe"] = round(time.monotonic() - start, 1)
+
+        # B's server, a container on the same network: A cannot connect to it, B cannot connect to A's; both reach
+        # the hub's API on the gateway; the host (the proxy's side) reaches B's server.
+        _wait_ready(h, b)
+        times["B's server started (a container), from the API's request"] = round(time.monotonic() - b_started, 1)
+        start = time.monotonic()
+        b_info = json.loads(run(h.client, "inspect", h.container(b)).stdout)[0]
+        _check_limits(b_info, h.network)
+        a_info = json.loads(run(h.client, "inspect", name).stdout)[0]
+        port = int(next(iter(b_info["Config"]["ExposedPorts"])).split("/")[0])  # the server's port in a container
+        ip = {who: i["NetworkSettings"]["Networks"][h.network]["IPAddress"] for who, i in (("a", a_info), ("b", b_info))}
+        b_published = int(b_info["NetworkSettings"]["Ports"][f"{port}/tcp"][0]["HostPort"])
+        hub_api = f"http://{gateway}:{h.settings['hub_port']}/hub/api/"
+        socket.create_connection((ip["b"], port), timeout=10).close()  # B's server listens there (from the host)
+        b_pw = pwd.getpwnam(b)
+        b_seen: dict = {}
+
+        def from_b() -> None:  # a process of B's uid in B's container
+            try:
+                out = run(h.client, "exec", "--user", f"{b_pw.pw_uid}:{b_pw.pw_gid}", h.container(b), "python3", "-c",
+                          _net_probe_code({"hub": hub_api, "a_server": [ip["a"], port]}), timeout=120)
+                b_seen.update(json.loads(out.stdout.strip().splitlines()[-1]))
+            except Exception as e:  # noqa: BLE001 (asserted below)
+                b_seen["error"] = repr(e)[-3000:]
+
+        b_probe = threading.Thread(target=from_b, daemon=True)
+        b_probe.start()
+        a_net = in_kernel(_net_probe_code({"hub": hub_api, "b_server": [ip["b"], port],
+                                           "b_published_port": [gateway, b_published],
+                                           "hub_proxy": [gateway, h.port]}))
+        b_probe.join(timeout=150)
+        times["network probes (A's kernel, B's docker exec)"] = round(time.monotonic() - start, 1)
+        (ARTIFACTS / "network.json").write_text(json.dumps({"a": a_net, "b": b_seen, "ip": ip, "port": port,
+                                                            "gateway": gateway, "b_published": b_published}, indent=1))
+        version = h.api("GET", "/")[1]["version"]
+        assert a_net["hub"] == version and b_seen.get("hub") == version, (a_net, b_seen)
+        assert a_net["b_server"] != "connected" and a_net["b_published_port"] != "connected", a_net
+        assert a_net["hub_proxy"] != "connected", a_net  # the proxy listens on 127.0.0.1 only
+        assert b_seen.get("a_server") not in (None, "connected"), b_seen
+
+        # A fork loop in A's container stops at the pids limit (EAGAIN: the container's pids cgroup is full) long
+        # before its own cap; afterwards the container's task count is back down and A's kernel, A's server and the
+        # hub answer (the host was never involved: the loop ran in the container, bounded).
+        start = time.monotonic()
+        limit = LIMITS["pids_limit"]
+        forked = in_kernel(_fork_probe_code(2 * limit, 30))
+        after = in_kernel("import json\nprint(json.dumps({'pids_current': next((open(p).read().strip() for p in "
+                          "('/sys/fs/cgroup/pids/pids.current', '/sys/fs/cgroup/pids.current') "
+                          "if __import__('os').path.exists(p)), None)}))")
+        times["fork loop to the pids limit, in A's container"] = round(time.monotonic() - start, 1)
+        (ARTIFACTS / "fork.json").write_text(json.dumps({"loop": forked, "after": after}, indent=1))
+        assert forked.get("stopped") == "EAGAIN" and forked["forked"] < limit, forked
+        assert forked["pids_max"] in (None, str(limit)), forked
+        if forked["pids_current_then"] is not None:  # the cgroup was full when the fork failed
+            assert int(forked["pids_current_then"]) >= limit - 8, forked
+        if after["pids_current"] is not None:
+            assert int(after["pids_current"]) < limit // 2, after
+        assert learner.json("GET", f"/user/{a}/api/status") and h.api("GET", "/")[0] == 200
     finally:
         learner.request("DELETE", f"/user/{a}/api/kernels/{kernel['id']}")
-    times["A's kernel probe"] = round(time.monotonic() - start, 1)
     (ARTIFACTS / "probe.json").write_text(json.dumps(seen, indent=1) + "\n")
     assert (seen["uid"], seen["gid"], seen["user"]) == (a_pw.pw_uid, a_pw.pw_gid, a), seen
     assert seen["prefix"] == "/opt/venv" and seen["interpret"] == "1", seen  # the learner image's CPU environment
@@ -412,20 +624,22 @@ def test_learner_fetches_and_submits_in_a_container_of_the_learner_image(docker_
         assert collected.exists(), f"{learner_name}'s submission was not collected"
         assert owner_of(collected) == learner_name, f"{collected} is not {learner_name}'s notebook"
 
-    # Stopping A's server deletes its container; A's files stay in A's home.
+    # Stopping A's (and B's) server deletes its container; A's files stay in A's home.
     start = time.monotonic()
     h.api("DELETE", f"/users/{a}/server")
+    h.api("DELETE", f"/users/{b}/server")
     deadline = time.monotonic() + 120
-    while run(h.client, "inspect", name, check=False).returncode == 0:
-        assert time.monotonic() < deadline, f"{name} outlived A's server"
-        time.sleep(1)
+    for container in (name, h.container(b)):
+        while run(h.client, "inspect", container, check=False).returncode == 0:
+            assert time.monotonic() < deadline, f"{container} outlived its server"
+            time.sleep(1)
     assert owner_of(a_home / PHASE / f"{PHASE}.ipynb") == a
     times["A's server stopped, container gone"] = round(time.monotonic() - start, 1)
 
 
-# ---- the configuration alone (no engine, no hub): the GPU request ----
+# ---- the configuration alone (no engine, no hub): the GPU request, the limits, the network ----
 
-def _load_config(tmp_path: Path, monkeypatch, **settings):
+def _load_config(tmp_path: Path, monkeypatch, drop: tuple = (), **settings):
     if importlib.util.find_spec("dockerspawner") is None:
         pytest.skip("dockerspawner is not installed here (requirements/hub.txt; the slow test above installs it)")
     from traitlets.config import Config
@@ -436,6 +650,8 @@ def _load_config(tmp_path: Path, monkeypatch, **settings):
     values = dict(asdict(_tritonhub().Settings()), state=str(state), exchange=str(tmp_path / "exchange"),
                   spawner="docker", image="triton-course-hub:cpu", hub_ip="172.17.0.1", chp="chp")
     values.update(settings)
+    for key in drop:  # a settings.json written before the key existed
+        del values[key]
     (state / "settings.json").write_text(json.dumps(values))
     monkeypatch.setenv("TRITONHUB_SETTINGS", str(state / "settings.json"))
     c = Config()
@@ -468,7 +684,8 @@ def test_config_mounts_only_the_learners_own_things(tmp_path, monkeypatch):
     pw = pwd.getpwnam("nobody")
     spawner = types.SimpleNamespace(user=types.SimpleNamespace(name="nobody"), environment={})
     c.Spawner.pre_spawn_hook(spawner)
-    assert spawner.extra_create_kwargs == {"user": f"{pw.pw_uid}:{pw.pw_gid}", "working_dir": pw.pw_dir}
+    assert spawner.extra_create_kwargs == {"user": f"{pw.pw_uid}:{pw.pw_gid}", "working_dir": pw.pw_dir,
+                                           "labels": {HUB_LABEL: str(state)}}
     assert spawner.volumes == {pw.pw_dir: {"bind": pw.pw_dir, "mode": "rw"},
                                str(tmp_path / "exchange"): {"bind": str(tmp_path / "exchange"), "mode": "rw"}}
     ids = state / "containers" / "nobody"
@@ -480,3 +697,69 @@ def test_config_mounts_only_the_learners_own_things(tmp_path, monkeypatch):
     instructor = types.SimpleNamespace(user=types.SimpleNamespace(name="root"), environment={})
     c.Spawner.pre_spawn_hook(instructor)
     assert not hasattr(instructor, "volumes") and instructor.environment["JUPYTER_CONFIG_PATH"].endswith("instructor")
+
+
+def test_config_limits_each_learner_container_and_names_its_network(tmp_path, monkeypatch):
+    """The course's defaults (6G of memory with no swap beyond it, 2 CPUs' worth of time, 1024 processes and threads),
+    setup's values in their place, 0 for none, and the defaults for a settings.json written before the limits existed;
+    the learners' network by its name, each server reached on its port published on 127.0.0.1."""
+    import docker as docker_py
+
+    def engine_fields(c) -> dict:  # what docker-py sends the engine for DockerSpawner's limits
+        d = c.DockerSpawner
+        host = docker_py.types.HostConfig(version="1.41", **({"mem_limit": d.mem_limit} if "mem_limit" in d else {}),
+                                          **d.extra_host_config)
+        return {k: host.get(k) for k in ("Memory", "MemorySwap", "PidsLimit")} | {"cpus": d.get("cpu_limit")}
+
+    default, _ = _load_config(tmp_path / "default", monkeypatch)
+    assert engine_fields(default) == {"Memory": 6 << 30, "MemorySwap": 6 << 30, "PidsLimit": 1024, "cpus": 2.0}
+    old, _ = _load_config(tmp_path / "old", monkeypatch, drop=("mem_limit", "cpu_limit", "pids_limit"))
+    assert engine_fields(old) == engine_fields(default)
+    given, _ = _load_config(tmp_path / "given", monkeypatch, **LIMITS)
+    assert engine_fields(given) == {"Memory": MEMORY_BYTES, "MemorySwap": MEMORY_BYTES,
+                                    "PidsLimit": LIMITS["pids_limit"], "cpus": LIMITS["cpu_limit"]}
+    none, _ = _load_config(tmp_path / "none", monkeypatch, mem_limit="0", cpu_limit=0, pids_limit=0)
+    assert engine_fields(none) == {"Memory": None, "MemorySwap": None, "PidsLimit": None, "cpus": None}
+    assert default.DockerSpawner.extra_host_config["init"] is True  # the rest stays
+    assert default.DockerSpawner.network_name == "tritonhub-learners"
+    assert default.DockerSpawner.use_internal_ip is False
+
+
+def test_setup_takes_the_limits_and_makes_the_learners_network_without_icc(tmp_path, monkeypatch):
+    """tritonhub.py setup's options for the limits (into the settings it saves), its checks of them, and the learners'
+    network: made with inter-container communication off and this hub's label; an existing one used only when its
+    ICC is off (a stand-in Docker client records what setup asks)."""
+    th = _tritonhub()
+    taken = []
+    monkeypatch.setattr(th, "setup", taken.append)
+    th.main(["setup", "--state", str(tmp_path), "--spawner", "docker"])
+    th.main(["setup", "--state", str(tmp_path), "--spawner", "docker", "--mem-limit", "8G", "--cpu-limit", "4",
+             "--pids-limit", "2048", "--docker-network", "course-net"])
+    assert [(s.mem_limit, s.cpu_limit, s.pids_limit, s.docker_network) for s in taken] == [
+        ("6G", 2.0, 1024, "tritonhub-learners"), ("8G", 4.0, 2048, "course-net")]
+    th.check_limits(th.Settings(mem_limit="0", cpu_limit=0, pids_limit=0))  # none
+    th.check_limits(th.Settings(mem_limit="1.5G", cpu_limit=0.5, pids_limit=64))
+    for bad in ({"mem_limit": "6 GB"}, {"mem_limit": "6g"}, {"mem_limit": "100M"}, {"cpu_limit": -1.0},
+                {"pids_limit": 10}, {"pids_limit": -1}):
+        with pytest.raises(SystemExit):
+            th.check_limits(th.Settings(**bad))
+
+    log, network = tmp_path / "docker.log", tmp_path / "network.json"
+    client = tmp_path / "docker"
+    client.write_text(f"""#!/bin/sh
+echo "$@" >> {log}
+if [ "$1 $2" = "network inspect" ]; then [ -f {network} ] && cat {network} && exit 0; exit 1; fi
+""")
+    client.chmod(0o755)
+    settings = th.Settings(docker=str(client), docker_network="course-net", state="/srv/x")
+    th.ensure_network(settings)
+    assert log.read_text().splitlines()[-1] == ("network create --driver bridge --opt "
+                                                "com.docker.network.bridge.enable_icc=false --label "
+                                                "org.tritoncourse.hub.state=/srv/x course-net")
+    network.write_text(json.dumps([{"Driver": "bridge", "Options": {"com.docker.network.bridge.enable_icc": "true"}}]))
+    with pytest.raises(SystemExit, match="lets containers reach each other"):
+        th.ensure_network(settings)
+    network.write_text(json.dumps([{"Driver": "bridge", "Options": {"com.docker.network.bridge.enable_icc": "false"}}]))
+    th.ensure_network(settings)  # an existing one without ICC: used as it is
+    assert [line.split()[:2] for line in log.read_text().splitlines()] == [
+        ["network", "inspect"], ["network", "create"], ["network", "inspect"], ["network", "inspect"]]
