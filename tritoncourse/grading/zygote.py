@@ -14,19 +14,27 @@ interpreter (CUDA must not be initialised before a fork).
 import json
 import os
 import select
+import signal
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 PRELOAD = ("numpy", "torch", "triton", "triton.language", "tritoncourse.checking", "tritoncourse.checks",
            "tritoncourse.grading.rpc", "tritoncourse.grading.runner", "tritoncourse.grading.judge")
 ENTRIES = ("runner", "judge")
+# A pipe the zygote's SIGCHLD writes to (signal.set_wakeup_fd): a child's end wakes the loop at once, instead of at
+# its next look (every 50 ms before: ~30 ms of each test's ~115 ms of overhead). Closed in every child.
+_WAKE: tuple[int, int] | None = None
 
 
 def _child(req: dict) -> None:
     code = 3
     try:
+        if _WAKE is not None:  # the zygote's wake-up: not the child's
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in _WAKE:
+                os.close(fd)
         os.setsid()
         out = os.open(req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
@@ -67,12 +75,24 @@ def serve() -> None:
     def reply(obj: dict) -> None:
         os.write(1, (json.dumps(obj) + "\n").encode())
 
+    global _WAKE
+    _WAKE = os.pipe()
+    for fd in _WAKE:
+        os.set_blocking(fd, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(_WAKE[1], warn_on_full_buffer=False)
     reply({"ready": True})
     stdin_open = True
     while stdin_open or children:
-        if not stdin_open:
-            time.sleep(0.05)
-        elif select.select([0], [], [], 0.05)[0]:
+        # a request, or a child's end (the wake-up pipe); the timeout only in case a signal was missed
+        ready = select.select([0, _WAKE[0]] if stdin_open else [_WAKE[0]], [], [], 0.5)[0]
+        if _WAKE[0] in ready:
+            try:
+                while os.read(_WAKE[0], 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        if 0 in ready:
             chunk = os.read(0, 65536)
             if not chunk:
                 stdin_open = False
