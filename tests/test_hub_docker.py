@@ -537,8 +537,10 @@ def test_learner_fetches_and_submits_in_a_container_of_the_learner_image(docker_
 
         # B's server, a container on the same network: A cannot connect to it, B cannot connect to A's; both reach
         # the hub's API on the gateway; the host (the proxy's side) reaches B's server.
+        waited = time.monotonic()
         _wait_ready(h, b)
         times["B's server started (a container), from the API's request"] = round(time.monotonic() - b_started, 1)
+        times["waited for B's server after A's probe"] = round(time.monotonic() - waited, 1)
         start = time.monotonic()
         b_info = json.loads(run(h.client, "inspect", h.container(b)).stdout)[0]
         _check_limits(b_info, h.network)
