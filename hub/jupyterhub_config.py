@@ -138,6 +138,9 @@ if s.get("spawner", "local") == "docker":
         c.DockerSpawner.mem_limit = _memory
     if _cpus:
         c.DockerSpawner.cpu_limit = _cpus
+        # torch and OpenBLAS start a math thread per core of the host, not of the quota: as many as the quota allows
+        _threads = str(max(1, int(_cpus)))
+        c.DockerSpawner.environment = {"OMP_NUM_THREADS": _threads, "MKL_NUM_THREADS": _threads}
     c.DockerSpawner.extra_host_config = {
         **({"memswap_limit": _memory} if _memory else {}),  # memory and swap together: no swap beyond the limit
         **({"pids_limit": _pids} if _pids else {}),

@@ -722,6 +722,10 @@ def test_config_limits_each_learner_container_and_names_its_network(tmp_path, mo
                                     "PidsLimit": LIMITS["pids_limit"], "cpus": LIMITS["cpu_limit"]}
     none, _ = _load_config(tmp_path / "none", monkeypatch, mem_limit="0", cpu_limit=0, pids_limit=0)
     assert engine_fields(none) == {"Memory": None, "MemorySwap": None, "PidsLimit": None, "cpus": None}
+    # math threads as many as the CPU quota allows (torch/OpenBLAS would start one per host core)
+    assert default.DockerSpawner.environment == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+    assert given.DockerSpawner.environment["OMP_NUM_THREADS"] == str(max(1, int(LIMITS["cpu_limit"])))
+    assert "OMP_NUM_THREADS" not in none.DockerSpawner.get("environment", {})
     assert default.DockerSpawner.extra_host_config["init"] is True  # the rest stays
     assert default.DockerSpawner.network_name == "tritonhub-learners"
     assert default.DockerSpawner.use_internal_ip is False
