@@ -101,6 +101,10 @@ def test_a_grader_stuck_in_zmq_ctx_term_ends_at_the_notebook_bound(monkeypatch):
     cycle with it): zmq_ctx_term then waits forever in the grading thread. The watchdog stops the kernel at
     notebook_timeout, then wakes the thread; the notebook fails at that cell with its bound named."""
     monkeypatch.setattr(nbgrader_plugin._Watchdog, "__init__", _short_grace(nbgrader_plugin._Watchdog.__init__))
+    # No automatic collection from here on, in any thread: one could finalize the garbage before the hook below, in
+    # whichever thread allocated (under pytest-xdist, its I/O thread: that thread then waited and the run did not;
+    # seen on 2026-11-26). The autouse fixture turns the collector back on.
+    gc.disable()
     rescue = _cyclic_garbage_with_an_open_socket()
     # the test's own rescue: if the grader does not come back, close the socket from here (term then returns)
     timer = threading.Timer(150, lambda: rescue.close(linger=0))
@@ -115,7 +119,6 @@ def test_a_grader_stuck_in_zmq_ctx_term_ends_at_the_notebook_bound(monkeypatch):
         return real_output(self, outs, msg, display_id, cell_index)
 
     monkeypatch.setattr(ResilientExecute, "output", output)
-    gc.disable()
     timer.start()
     try:
         ex, nb, resources, seconds = _run(_notebook("print('before')", "print('a cell with output')",
