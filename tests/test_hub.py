@@ -2,8 +2,9 @@
 PAM log-ins of throw-away Unix accounts, each user's JupyterLab as that user, nbgrader's exchange (tests/hub_env.py).
 
 In the browser: learner A fetches 01_vector_add in the Assignment List, fills it with the reference solution and
-submits; learner B submits the reference, then a wrong kernel (tests/submissions/01_vector_add/wrong_no_mask.py):
-the latest is collected and graded; hostile learner C submits the reference kernel with tests/hostile's gradebook
+submits; learner B first presses Submit on another phase's notebook and on a text file (each refused in the
+Assignment List's dialog with its reason, nothing handed in, the file kept), then submits the reference, then a wrong
+kernel (tests/submissions/01_vector_add/wrong_no_mask.py): the latest is collected and graded; hostile learner C submits the reference kernel with tests/hostile's gradebook
 forger and secrets reader and test_inert_pages's payloads (tests/hub_learners.py). The instructor collects and
 autogrades in Formgrader (its own browser tab: JupyterHub >= 4.1 forbids Formgrader's iframe), grades the key
 question, finds Formgrader's page for C inert, and generates and releases feedback; A fetches the feedback, which
@@ -125,9 +126,11 @@ def rows(page, name: str, count: int):
     return items
 
 
-def learner_submits(browser, hub: Hub, key: str, nbs: list, shot) -> None:
+def learner_submits(browser, hub: Hub, key: str, nbs: list, shot, refused: tuple = ()) -> None:
     """The learner fetches in the Assignment List, then for each notebook of ``nbs`` in turn writes it (as the learner)
-    and presses Submit: one more submission listed each time."""
+    and presses Submit: one more submission listed each time. First, each file of ``refused`` ((content, words of the
+    reason)) is written there and Submit pressed: the Assignment List's dialog gives the reason, nothing is handed in
+    and the file is kept."""
     user = hub.learners[key]
     context, page = login(browser, hub, user, lambda p, n: shot(p, f"{key}-{n}"))
     try:
@@ -137,6 +140,22 @@ def learner_submits(browser, hub: Hub, key: str, nbs: list, shot) -> None:
         shot(page, f"{key}-fetched")
         target = hub.home(user) / PHASE / f"{PHASE}.ipynb"
         assert target.exists(), f"the fetch did not write {target}"
+        for i, (content, said) in enumerate(refused):
+            tmp = hub.scratch / f"{key}-refused-{i}.ipynb"
+            tmp.write_bytes(content)
+            tmp.chmod(0o644)
+            hub.as_user(user, "cp", str(tmp), str(target))
+            page.locator('#fetched_assignments_list .item_status button:text("Submit")').click()
+            message = page.locator("#submission-message")  # nbgrader's "Invalid Submission" dialog
+            message.wait_for(timeout=120_000)
+            text = message.inner_text()
+            shot(page, f"{key}-refused-{i}")
+            assert f"{PHASE} was not submitted: {PHASE}.ipynb cannot be graded: {said}" in text, text
+            assert "are unchanged" in text, text
+            page.locator(".jp-Dialog .jp-mod-accept").first.click()
+            message.wait_for(state="detached", timeout=30_000)
+            assert _inbound(hub, user) == [] and learner_submissions(hub, user) == []
+            assert target.read_bytes() == content
         for i, nb in enumerate(nbs):
             tmp = hub.scratch / f"{key}-{i}.ipynb"
             nbformat.write(nb, tmp)
@@ -305,7 +324,11 @@ def test_class_on_jupyterhub_from_login_to_feedback(hub, tmp_path):
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             learner_submits(browser, hub, "a", [nbs["a"]], shot)
-            learner_submits(browser, hub, "b", [nbs["a"], nbs["b"]], shot)  # a resubmission: the wrong one counts
+            # B first presses Submit on another phase's notebook and on a text file (each refused in the
+            # Assignment List's dialog, nothing handed in), then resubmits: the wrong one counts
+            learner_submits(browser, hub, "b", [nbs["a"], nbs["b"]], shot, refused=(
+                ((ROOT / "release" / "02_softmax" / "02_softmax.ipynb").read_bytes(), f"it is not the {PHASE} notebook"),
+                (b"kernel in kernel.py, see you tomorrow\n", "it is not a notebook (not JSON")))
             learner_submits(browser, hub, "c", [hostile_learner(hub.course, marker, leak.url)], shot)
             # the learners' servers run now, each as its own user
             pids = {k: hub.pids_of(u) for k, u in hub.learners.items()}
