@@ -457,14 +457,7 @@ def test_learner_fetches_and_submits_in_a_container_of_the_learner_image(docker_
     learner = Learner(h.base, a)
     learner.log_in(h.passwords[a])
     learner.request("GET", "/hub/spawn")
-    deadline = time.monotonic() + 240
-    while True:
-        server = h.api("GET", f"/users/{a}")[1]["servers"].get("", {})
-        if server.get("ready"):
-            break
-        assert server.get("pending") and time.monotonic() < deadline, \
-            f"A's server did not start: {server}\n{h.log_text()}"
-        time.sleep(1)
+    _wait_ready(h, a)
     times["A's log-in to a running container"] = round(time.monotonic() - start, 1)
 
     name = h.container(a)
