@@ -4,6 +4,7 @@ same way whether a zygote forked it or it runs as a plain fresh process (in the 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -86,15 +87,38 @@ class _Zygote:
                 os.killpg(pid, signal.SIGKILL)
 
     def close(self) -> None:
+        """Kill the zygote and wait for it; unsandboxed, also the sessions of its children still running (in a
+        sandbox, closing the sandbox kills those)."""
         with contextlib.suppress(OSError, ValueError):
             self.proc.stdin.close()
         with contextlib.suppress(Exception):
             self.proc.kill()
             self.proc.wait(timeout=10)
+        if self.sandbox is None:
+            with self.lock:
+                running = [r["pid"] for r in self.replies.values() if "pid" in r and "exit" not in r]
+            for pid in running:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
 
 
 _zygotes: dict[str, _Zygote] = {}
 _zygote_lock = threading.Lock()
+_owner = os.getpid()  # the process whose warm zygotes these are (a forked child must not close its parent's)
+
+
+@atexit.register
+def _close_warm_zygotes() -> None:
+    """This process's warm zygotes end with it, not after it: left alone, each would notice its closed stdin and
+    exit on its own, up to a second or more later under load (torch's teardown), and so outlive the grader that
+    started it (seen in the 500-notebook soak, 2026-11-26: one per grader run, still there when the run ended)."""
+    if os.getpid() != _owner:
+        return
+    with _zygote_lock:
+        zygotes = list(_zygotes.values())
+        _zygotes.clear()
+    for z in zygotes:
+        z.close()
 
 
 def _warm_zygote(entry: str = "runner") -> _Zygote | None:
