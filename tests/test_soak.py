@@ -14,7 +14,8 @@ the grades their fixture expects, and nothing any learner started is left runnin
 Many cores (a 16-core machine: tools/device-queue.sh's ``soak`` suite):
 - ``TRITONCOURSE_SOAK_SHARDS=k`` (default 1, as on a 2-core machine): the plain half is k course copies graded by k
   plain ``nbgrader autograde`` runs at once (learners dealt round-robin, each run bounded on its own), and the
-  ``grade`` half one course graded with ``--jobs max(2, k)``; so 2k notebooks are graded at once.
+  ``grade`` half one course graded with ``--jobs max(2, k)`` (``TRITONCOURSE_SOAK_GRADE_JOBS=j``: ``--jobs j``; its
+  learners cost more each: on 16 cores, k=6 and j=8 graded 170 notebooks a call in about 5 minutes, 2026-11-26).
 - ``TRITONCOURSE_SOAK_OFFSET=o``: the learners are numbered from o/2 on, so that two runs (``SOAK=250`` at offset 0,
   then at offset 250) grade 500 distinct learner notebooks between them.
 - ``TRITONCOURSE_SOAK_RUN_BOUND=s``: each run's bound (default max(1800, 60 per learner of the run)); a machine that

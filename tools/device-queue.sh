@@ -7,8 +7,9 @@
 # hidden cases included, through `python -m tritoncourse check`: judge and runner unsandboxed), dist (tests/test_distributed.py -k gpu), hog (the hostile memory hog, both
 # graders), cg (the sandbox's own tests and the memfd/tmpfs hogs under both graders: its cgroup on this machine), ln (phase 6 LayerNorm re-recorded, on an H200 only),
 # soak (tests/test_soak.py on Triton's interpreter: SOAK (250) phase-1 notebooks from SOAK_OFFSET (0), half by SOAK_SHARDS
-# (nproc/2) plain nbgrader runs, half by grade --jobs SOAK_SHARDS, all at once, each run bounded by the time left; leaves
-# $OUT/soak-summary.json; 500 notebooks are two calls, SOAK_OFFSET=0 and SOAK_OFFSET=250). FIXTURES overrides the fixtures graded, SHARDS (3) the
+# (nproc/2) plain nbgrader runs, half by grade --jobs SOAK_GRADE_JOBS (default SOAK_SHARDS), all at once, each run bounded by the
+# time left; leaves $OUT/soak-summary.json; 500 notebooks are three calls of SOAK=170 SOAK_SHARDS=6 SOAK_GRADE_JOBS=8 at
+# SOAK_OFFSET=0, 170, 340: about 310 s each on an H200 machine's 16 cores, 2026-11-26). FIXTURES overrides the fixtures graded, SHARDS (3) the
 # course copies a phase is split over; TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners.
 # usage: bash tools/device-queue.sh BUDGET suite...   e.g. PAR=3 bash tools/device-queue.sh 560 g04 g05 g06 dist
 set -u
