@@ -16,13 +16,22 @@ Two things nbgrader 0.9's own submit does not do:
   that ``collect`` takes as the newest one. Here the copy is made in a hidden folder of ``inbound/`` (collect's
   pattern skips names starting with a dot) and renamed into place, complete, before the learner's own record of
   it (nbgrader's cache, which the Assignment List shows) is written.
+
+And one thing nbgrader's Assignment List gets wrong: its Submit runs inside the learner's server, which the hub stops
+with SIGINT, and it catches every exception of a submit, KeyboardInterrupt included. A server stopped mid-submission
+would show the learner an "Invalid Submission" traceback ending in ``KeyboardInterrupt`` and keep running until the
+hub's SIGTERM 10 s later. Here, inside a server, the learner is told what happened instead, and the interrupt is raised
+again half a second later (the answer on its way), so the server stops as the hub asked. In a terminal
+(``nbgrader submit``) an interrupt stays an interrupt.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
 import shutil
+import signal
 
 import nbformat
 from nbgrader.exchange.default.submit import ExchangeSubmit
@@ -56,6 +65,32 @@ def read_or_why(path: str):
 
 class CheckedSubmit(ExchangeSubmit):
     _staged = None  # (hidden folder in inbound, the submission's final path) while a copy is under way
+    _handed_in = False  # the submission renamed into place, whole
+
+    def start(self):
+        try:
+            return super().start()  # copy_files' own clean-up has run when an interrupt comes out of it
+        except KeyboardInterrupt:
+            try:
+                loop = asyncio.get_running_loop()  # inside a server: the Assignment List's Submit
+            except RuntimeError:
+                loop = None  # `nbgrader submit` in a terminal
+            if loop is None:
+                raise
+            loop.call_later(0.5, signal.raise_signal, signal.SIGINT)  # the server then stops as it was asked
+        assignment = self.coursedir.assignment_id
+        if self._handed_in:  # the stop came after the rename (while nbgrader's cache copy ran): it is in, whole
+            self.log.warning("%s was handed in (%s) just before your server was stopped", assignment, self.timestamp)
+            return
+        self.fail(f"{assignment} was not submitted: your server was stopped while it was being handed in, and "
+                  "nothing of it reached the instructor (your previous submission, if any, is still the one "
+                  f"collected). Your files in {self._where()} are unchanged. Start your server again (File > Hub "
+                  "Control Panel, then Start My Server) and submit again.")
+
+    def _where(self) -> str:
+        assignment = self.coursedir.assignment_id
+        src = getattr(self, "src_path", None) or os.path.join("~", assignment)  # unset if stopped before init_src
+        return f"~/{assignment}/" if src.startswith((os.path.expanduser("~"), "~")) else src
 
     def check_filename_diff(self):
         self.check_notebooks()
@@ -63,7 +98,7 @@ class CheckedSubmit(ExchangeSubmit):
 
     def check_notebooks(self) -> None:
         assignment = self.coursedir.assignment_id
-        where = f"~/{assignment}/" if self.src_path.startswith(os.path.expanduser("~")) else self.src_path
+        where = self._where()
         for rel in find_all_notebooks(self.release_path):
             mine = os.path.join(self.src_path, rel)
             if not os.path.isfile(mine):
@@ -101,4 +136,5 @@ class CheckedSubmit(ExchangeSubmit):
             # nbgrader's second copy (its cache): the inbound copy is complete, timestamp and secret included
             os.rename(*self._staged)
             self._staged = None
+            self._handed_in = True
         super().do_copy(src, dest, log)

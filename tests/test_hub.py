@@ -12,6 +12,11 @@ shows no hidden test line. Every test's score of A and B equals the one serial `
 course copy of the test's own; C keeps the reference's points and changed nothing else. The separation between
 users is checked as learner A's own processes. Screenshots: tests/artifacts/hub/.
 
+Then learner E (an account of its own) presses Submit in the Assignment List while the hub's REST API stops E's server
+mid-copy (the test freezes the server once its copy into the exchange has begun, so the stop lands there on any
+machine): E is told it was not submitted and why, the exchange keeps E's previous submission and nothing of the cut
+one, E's notebook is kept, JupyterLab then says the server is gone, and after its Restart a resubmission is collected.
+
 Without the browser, on the same hub: learner D's bad input through nbgrader's own commands as D (another
 assignment's notebook, a text file, a notebook with a file beside it, a submission while the hub stops D's server),
 and 30 learners added from a roster submitting at once (tests/hub_learners.py's markers say whose each is).
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import pwd
 import re
 import secrets
@@ -514,3 +520,194 @@ def test_thirty_learners_submit_at_once(hub):
               "collect_s": round(collect_s, 1), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (ARTIFACTS / "load.json").write_text(json.dumps(record, indent=1))
     print(record)
+
+
+# ------------------------------------------------------------------ a server stopped mid-submission, in the browser
+
+STOP_DATA_MB = 64  # beside the notebook, so the copy into the exchange takes a moment (under nbgrader's 100 MB limit)
+
+
+def _server_pid(hub: Hub, user: str) -> int:
+    """The learner's jupyterhub-singleuser process (LocalProcessSpawner runs it as the learner)."""
+    found = [pid for pid in hub.pids_of(user)
+             if b"jupyterhub-singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _freeze(pid: int) -> None:
+    """SIGSTOP, and wait until the process is stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    _wait(lambda: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t"), 10,
+          "the server did not stop on SIGSTOP")
+
+
+def _pending(pid: int) -> int:
+    """The signals pending for the process (its own and its thread group's), as a mask."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+
+
+def test_server_stopped_while_the_assignment_list_submits(hub):
+    """Learner E presses Submit in the Assignment List, and the hub (as an admin through its REST API) stops E's
+    server while the submission is being copied into the exchange: what does E see, is the exchange left with E's
+    previous submission or the whole new one (never a part), is E's notebook kept, and does a resubmission after
+    E starts the server again reach the instructor?"""
+    from playwright.sync_api import sync_playwright
+
+    started = time.monotonic()
+    user = f"{hub.prefix}-e"
+    seen: dict = {"account_s": round(hub.add_learners([user], "Stopped"), 1)}
+    uid = pwd.getpwnam(user).pw_uid
+    inbound = Path(hub.settings["exchange"]) / hub.settings["course_id"] / "inbound"
+    folder = hub.home(user) / PHASE
+    step = iter(range(40, 100))
+
+    def shot(page, name: str) -> None:
+        page.screenshot(path=str(ARTIFACTS / f"{next(step):02d}-e-{name}.png"), full_page=True)
+
+    def hidden_of_e() -> list[Path]:
+        """E's copies under way in the exchange (root lists inbound/)."""
+        found = []
+        for entry in os.scandir(inbound):
+            try:
+                if entry.name.startswith(".incoming-") and entry.stat().st_uid == uid:
+                    found.append(Path(entry.path))
+            except FileNotFoundError:
+                pass  # renamed or deleted meanwhile
+        return found
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            t = time.monotonic()
+            context, page = login(browser, hub, user, shot)
+            seen["login_s"] = round(time.monotonic() - t, 1)
+            open_assignment_list(page)
+            rows(page, "released", 1).first.locator(".item_status button").click()
+            rows(page, "fetched", 1)
+            submit = page.locator('#fetched_assignments_list .item_status button:text("Submit")')
+            write_as(hub, user, marked_notebook("e-1"))
+            submit.click()
+            rows(page, "submitted", 1)
+            _wait(lambda: len(learner_submissions(hub, user)) == 1, 60, "E's first submission is not recorded")
+            (first,) = _inbound(hub, user)
+            # the second: a notebook and 64 MB of data beside it (sparse in E's home; the copy writes it all)
+            write_as(hub, user, marked_notebook("e-2"))
+            hub.as_user(user, "truncate", "-s", f"{STOP_DATA_MB}M", str(folder / "data.bin"))
+            mine = (folder / f"{PHASE}.ipynb").read_bytes()
+            pid = _server_pid(hub, user)
+            submit.click()
+            deadline = time.monotonic() + 60
+            while not hidden_of_e():  # the copy has begun: freeze E's server there
+                assert time.monotonic() < deadline, "E's submission did not begin"
+            _freeze(pid)
+            stopped: list = []
+            try:
+                hidden = hidden_of_e()
+                assert len(hidden) == 1, "E's copy ended before the test froze the server: a bigger STOP_DATA_MB"
+                hidden = hidden[0]  # still there: the submission is not handed in yet
+
+                def copied() -> int:
+                    return sum(p.stat().st_size for p in hidden.rglob("data.bin"))
+
+                for _ in range(1000):  # let it on, 2 ms at a time, until part of the data is in the exchange
+                    if copied() or not hidden.exists():
+                        break
+                    os.kill(pid, signal.SIGCONT)
+                    time.sleep(0.002)
+                    _freeze(pid)
+                seen["copied_mb_when_stopped"] = round(copied() / 2**20, 1) if hidden.exists() else "all"
+                stop_sent = time.monotonic()
+                stopper = threading.Thread(target=lambda: stopped.append(hub.api("DELETE", f"/users/{user}/server")))
+                stopper.start()
+                _wait(lambda: _pending(pid) & (1 << (signal.SIGINT - 1)), 30, "the hub sent E's server no SIGINT")
+                seen["hub_interrupt_s"] = round(time.monotonic() - stop_sent, 2)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            # what E sees: nbgrader's dialog, or the button's own error line
+            message = page.locator("#submission-message")
+            failed = page.locator("#fetched_assignments_list", has_text="Error submitting assignment")
+            _wait(lambda: message.count() or failed.count() or len(learner_submissions(hub, user)) == 2, 60,
+                  "the Assignment List showed nothing")
+            shot(page, "stopped-mid-submission")
+            seen["learner_sees"] = (message.inner_text() if message.count() else
+                                    failed.inner_text() if failed.count() else "the submission listed")
+            _wait(lambda: not hub.api("GET", f"/users/{user}")[1]["servers"], 60, "E's server did not stop")
+            stopper.join(timeout=60)
+            seen["server_gone_s"] = round(time.monotonic() - stop_sent, 2)
+            seen["api_status"] = stopped[0][0] if stopped else None
+            page.locator(".jp-Dialog .jp-mod-accept").first.click()
+            page.locator("#refresh_assignments_list").click()  # what E may press next (the hub answers 424)
+            # JupyterLab's next poll of the server (every 10 s) finds it gone and says so
+            gone = page.locator(".jp-Dialog", has_text="Server unavailable or unreachable")
+            gone.wait_for(timeout=60_000)
+            seen["lab_says_gone_s"] = round(time.monotonic() - stop_sent, 1)
+            seen["lab_says"] = gone.inner_text()
+            shot(page, "server-gone")
+            assert "is not running" in seen["lab_says"], seen["lab_says"]
+            # nothing lost: the exchange holds the previous submission or the whole new one, never a part
+            subs = _inbound(hub, user)
+            seen["outcome"] = "handed in whole" if len(subs) == 2 else "not handed in"
+            assert first in subs and len(subs) <= 2, subs
+            if len(subs) == 1:  # told so, in words (hub/checked_submit.py), not as nbgrader's KeyboardInterrupt
+                said = seen["learner_sees"]
+                assert (f"{PHASE} was not submitted: your server was stopped while it was being handed in" in said
+                        and "are unchanged" in said and "Start My Server" in said), said
+                assert "KeyboardInterrupt" not in said, said
+            for sub in subs:
+                assert {p.name for p in sub.iterdir()} >= {"timestamp.txt", "submission_secret.txt",
+                                                          f"{PHASE}.ipynb"}, sub
+            if len(subs) == 2:
+                assert (subs[-1] / "data.bin").stat().st_size == STOP_DATA_MB << 20
+            assert hidden_of_e() == [], "a partial copy was left in the exchange"
+            listed = learner_submissions(hub, user)
+            assert len(listed) == len(subs), (listed, subs)
+            assert (folder / f"{PHASE}.ipynb").read_bytes() == mine, "E's notebook changed"
+            assert (folder / "data.bin").stat().st_size == STOP_DATA_MB << 20
+            # E presses the dialog's Restart (JupyterLab opens the hub's spawn page in a new tab), then submits again
+            restart = time.monotonic()
+            with context.expect_page() as opened:
+                gone.locator("button", has_text="Restart").click()
+            page = opened.value
+            page.set_default_timeout(120_000)
+            page.wait_for_url(re.compile(rf"/user/{re.escape(user)}/lab"), timeout=180_000)
+            page.locator("#jp-main-dock-panel").wait_for()
+            seen["restart_s"] = round(time.monotonic() - restart, 1)
+            open_assignment_list(page)
+            rows(page, "fetched", 1)
+            submit = page.locator('#fetched_assignments_list .item_status button:text("Submit")')
+            t = time.monotonic()
+            submit.click()
+            try:
+                _wait(lambda: len(learner_submissions(hub, user)) == len(subs) + 1, 120,
+                      "E's resubmission is not recorded")
+                page.locator('button:text("submitting...")').wait_for(state="detached")
+                seen["resubmit_s"] = round(time.monotonic() - t, 1)
+            finally:
+                shot(page, "resubmitted")
+            context.close()
+        finally:
+            browser.close()
+    t = time.monotonic()
+    collect = hub.as_user(hub.instructor, "nbgrader", "collect", PHASE, "--update", "--log-level=WARN",
+                          cwd=hub.course, check=False)
+    seen["collect_s"] = round(time.monotonic() - t, 1)
+    assert collect.returncode == 0, collect.stderr[-3000:]
+    got = hub.course / "submitted" / user / PHASE
+    assert owner_of(got / f"{PHASE}.ipynb") == "e-2"
+    assert (got / "data.bin").stat().st_size == STOP_DATA_MB << 20
+    found = _inbound(hub, user)  # every submission whole in the exchange, the latest collected
+    assert len(found) == len(subs) + 1, found
+    latest = sorted((p / "timestamp.txt").read_text() for p in found)[-1]
+    assert (got / "timestamp.txt").read_text() == latest
+    seen["seconds"] = round(time.monotonic() - started, 1)
+    (ARTIFACTS / "stopped.json").write_text(json.dumps(seen, indent=1))
+    print(seen)
+
+
+def _wait(cond, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
