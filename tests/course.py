@@ -35,6 +35,25 @@ NBGRADER_FIXTURES = {
 }
 
 
+# Phase 1 with its largest sizes scaled down, for the tests that grade phase 1 to prove a workflow rather than to
+# judge kernels: a class graded in parallel, stopped and restarted, on Dask and Slurm; hostile learners; links. Its
+# 2**20-element and 100_003-element tests are about a third of a grading's CPU on Triton's interpreter (one
+# reference notebook under plain nbgrader: 14 s of busy CPU, 9 s scaled down). Every size is still ragged where it
+# was. The real sizes are graded by tests/test_grading.py (each standard learner, real nbgrader) and judged by
+# tests/test_verdicts.py (every fixture).
+SCALED_DOWN = {"01_vector_add": (("n=2**20 + 1,", "n=2**12 + 1,"), ("n=2**20 + 12_345,", "n=2**12 + 345,"),
+                                 ("100_003", "1_003"), ("n=65536,", "n=8192,"))}
+
+
+def scale_down(notebook: Path, assignment: str) -> None:
+    """Rewrite ``notebook``'s test sizes by SCALED_DOWN; each size must be found (a changed notebook fails here)."""
+    text = notebook.read_text()
+    for real, small in SCALED_DOWN[assignment]:
+        assert real in text, f"{notebook}: {real!r} is gone; update tests/course.py's SCALED_DOWN"
+        text = text.replace(real, small)
+    notebook.write_text(text)
+
+
 def nbgrader(*args: str, cwd: Path, check: bool = True, timeout: float = 3000) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("TRITONCOURSE_SEED", None)
@@ -49,12 +68,15 @@ def nbgrader(*args: str, cwd: Path, check: bool = True, timeout: float = 3000) -
 class Course:
     """A copy of nbgrader_config.py and source/ in ``path``, with its own gradebook."""
 
-    def __init__(self, path: Path, assignments: list[str]):
+    def __init__(self, path: Path, assignments: list[str], scaled_down: bool = False):
+        """``scaled_down``: phase 1's largest test sizes scaled down (SCALED_DOWN), for workflow tests."""
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / "nbgrader_config.py", path / "nbgrader_config.py")
         for a in assignments:
             shutil.copytree(ROOT / "source" / a, path / "source" / a)
+            if scaled_down:
+                scale_down(path / "source" / a / f"{a}.ipynb", a)
             nbgrader("generate_assignment", a, "--force", "--log-level=WARN", cwd=path)
 
     @classmethod

@@ -33,7 +33,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, gradebook_rows, graded_test_ids
+from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, gradebook_rows, graded_test_ids, scale_down
 from baseline import Baseline
 from postgres import Postgres, PostgresMissing, free_port
 from slurm import Slurm, SlurmMissing
@@ -89,6 +89,7 @@ def _new_course(path: Path, notebooks: dict[str, object], db_url: str | None = N
     path.mkdir(parents=True)
     shutil.copy2(ROOT / "nbgrader_config.py", path / "nbgrader_config.py")
     shutil.copytree(ROOT / "source" / A, path / "source" / A)
+    scale_down(path / "source" / A / f"{A}.ipynb", A)  # as the serial baseline's course (tests/course.py)
     shutil.copytree(ROOT / "tritoncourse", path / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
     env = _env(path, **({"TRITONCOURSE_DB_URL": db_url} if db_url else {}))
     r = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],

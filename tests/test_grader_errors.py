@@ -315,7 +315,7 @@ def test_real_autograde_keeps_every_notebook_when_the_grader_fails(tmp_path):
     from course import Course
 
     assignment = "01_vector_add"
-    course = Course(tmp_path, [assignment])
+    course = Course(tmp_path, [assignment], scaled_down=True)
     with open(tmp_path / "nbgrader_config.py", "a") as f:
         f.write(INJECTION)
     source = course.source_notebook(assignment)

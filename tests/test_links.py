@@ -80,7 +80,7 @@ def _digest(root: Path) -> dict[str, str]:
 
 class LinkedClass:
     def __init__(self, tmp: Path):
-        template = Course(tmp / "template", [A])
+        template = Course(tmp / "template", [A], scaled_down=True)
         shutil.copytree(ROOT / "tritoncourse", template.path / "tritoncourse",
                         ignore=shutil.ignore_patterns("__pycache__"))  # one version of the code, whatever changes here
         nb = template.source_notebook(A)

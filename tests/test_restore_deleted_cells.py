@@ -190,7 +190,7 @@ _Overwrite.preprocess_cell = _faulty_check
 def test_real_autograde_keeps_and_grades_the_notebook_when_restoring_fails(tmp_path):
     """Plain `nbgrader autograde` with RestoreDeletedCells raising: both notebooks are autograded, the other
     tests score, and only the test the fault touches fails (with a GRADER ERROR where it was not checked)."""
-    course = Course(tmp_path, [A])
+    course = Course(tmp_path, [A], scaled_down=True)
     with open(tmp_path / "nbgrader_config.py", "a") as f:
         f.write(INJECTION)
     add_fault = _learner(course)

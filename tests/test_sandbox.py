@@ -716,7 +716,7 @@ def _env(course: Path, **extra) -> dict:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
     """A generated course with its own copy of the package (graded code never touches this checkout)."""
-    course = Course(tmp_path_factory.mktemp("sandbox-template") / "course", [A])
+    course = Course(tmp_path_factory.mktemp("sandbox-template") / "course", [A], scaled_down=True)
     shutil.copytree(ROOT / "tritoncourse", course.path / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
     return course.path
 
