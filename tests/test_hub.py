@@ -553,6 +553,7 @@ def test_server_stopped_while_the_assignment_list_submits(hub):
     server while the submission is being copied into the exchange: what does E see, is the exchange left with E's
     previous submission or the whole new one (never a part), is E's notebook kept, and does a resubmission after
     E starts the server again reach the instructor?"""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     started = time.monotonic()
@@ -639,8 +640,15 @@ def test_server_stopped_while_the_assignment_list_submits(hub):
             seen["api_status"] = stopped[0][0] if stopped else None
             if message.count():  # E presses its Ok (JupyterLab's own dialog below may already be over it)
                 page.locator(".jp-Dialog", has=message).locator(".jp-mod-accept").dispatch_event("click")
-            # JupyterLab's next poll of the server (every 10 s) finds it gone and says so
+            # E looks at what runs (JupyterLab's Running panel, Refresh List): the hub answers that the server is not
+            # running, and JupyterLab says so (its own poll of the server, every 10 s, would too)
             gone = page.locator(".jp-Dialog", has_text="Server unavailable or unreachable")
+            try:
+                if not gone.count():
+                    page.locator('li[data-id="jp-running-sessions"]').click(timeout=10_000)
+                    page.locator('#jp-running-sessions [title="Refresh List"]').first.click(timeout=10_000)
+            except PlaywrightTimeout:
+                assert gone.count(), "E could not refresh JupyterLab's Running panel"  # the poll's dialog came first
             gone.wait_for(timeout=60_000)
             seen["lab_says_gone_s"] = round(time.monotonic() - stop_sent, 1)
             seen["lab_says"] = gone.inner_text()
