@@ -17,6 +17,7 @@ import grp
 import json
 import os
 import pwd
+import subprocess
 
 from jupyterhub.spawner import LocalProcessSpawner
 
@@ -70,6 +71,9 @@ def _role_config(spawner):
 
 
 c.Spawner.pre_spawn_hook = _role_config
+# Servers get no standard input: left alone, each would inherit the hub's, which is root's terminal when `make hub`
+# runs in the foreground, and any learner's process could then read what root types there.
+c.LocalProcessSpawner.popen_kwargs = {"stdin": subprocess.DEVNULL}
 
 # ---- DockerSpawner: each learner's JupyterLab in a container of the learner image ------------------------------------
 if s.get("spawner", "local") == "docker":

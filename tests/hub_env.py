@@ -172,7 +172,7 @@ class Hub:
                    PATH=f"{self.venv}/bin:{os.environ.get('PATH', '')}")
         self.log = open(self.scratch / "jupyterhub.log", "wb")
         self.proc = subprocess.Popen([str(self.venv / "bin" / "jupyterhub"), "-f", str(ROOT / "hub" / "jupyterhub_config.py")],
-                                     cwd=self.state, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     cwd=self.state, env=env, stdin=subprocess.PIPE, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         wait_until_answers(lambda: urllib.request.urlopen(f"{self.base}/hub/api/", timeout=5).read(), self.proc, 90,
                            "jupyterhub", self.log_text)
