@@ -4,6 +4,13 @@ from pathlib import Path
 
 import pytest
 
+# One math thread per process (torch's and OpenMP's pools default to one per core): a test run starts dozens of
+# processes at once (gradings, judges, runners, notebook kernels), and their idle threads spin while the others
+# wait for a core. One phase-1 reference grading here, 2 interleaved runs each, at idle: 13 s of busy CPU with the
+# default pools, 11 s with one thread. An instructor's or CI's own setting is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 # Tests run on the CPU interpreter unless a GPU is present; the course's helpers are imported from the repo.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
