@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 
 from course import SUBMISSIONS, Course, Fixture
@@ -465,10 +464,8 @@ def test_bad_input_through_the_exchange(hub):
         assert time.monotonic() < deadline, "D's server did not start"
         time.sleep(1)
     # The hub's standard input is open (a pipe here, root's terminal under `make hub`); D's server does not share it
-    servers = [p for p in psutil.process_iter(["username", "cmdline"]) if p.info["username"] == d
-               and any("jupyterhub-singleuser" in part for part in p.info["cmdline"] or ())]
-    assert servers and os.readlink(f"/proc/{hub.proc.pid}/fd/0").startswith("pipe:"), servers
-    assert {os.readlink(f"/proc/{p.pid}/fd/0") for p in servers} == {"/dev/null"}, servers
+    assert os.readlink(f"/proc/{hub.proc.pid}/fd/0").startswith("pipe:")
+    assert os.readlink(f"/proc/{_server_pid(hub, d)}/fd/0") == "/dev/null"
     proc = submit_as(hub, d, marked_notebook("d-2"), ("notes.txt", "my notes"), ("data.bin", "0" * (32 << 20)))
     assert hub.api("DELETE", f"/users/{d}/server")[0] in (202, 204)
     inbound = Path(hub.settings["exchange"]) / hub.settings["course_id"] / "inbound"

@@ -81,7 +81,10 @@ class _Zygote:
         with contextlib.suppress(OSError, ValueError), self.lock:
             self.proc.stdin.write((json.dumps({"kill": rid}) + "\n").encode())
             self.proc.stdin.flush()
-        pid = self.replies.get(rid, {}).get("pid")
+        self._kill_session(self.replies.get(rid, {}).get("pid"))
+
+    def _kill_session(self, pid: int | None) -> None:
+        """Unsandboxed, kill a child's session from here (in a sandbox its pids are not this namespace's)."""
         if self.sandbox is None and pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
@@ -94,12 +97,10 @@ class _Zygote:
         with contextlib.suppress(Exception):
             self.proc.kill()
             self.proc.wait(timeout=10)
-        if self.sandbox is None:
-            with self.lock:
-                running = [r["pid"] for r in self.replies.values() if "pid" in r and "exit" not in r]
-            for pid in running:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+        with self.lock:
+            running = [r["pid"] for r in self.replies.values() if "pid" in r and "exit" not in r]
+        for pid in running:
+            self._kill_session(pid)
 
 
 _zygotes: dict[str, _Zygote] = {}
