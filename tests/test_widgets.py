@@ -92,10 +92,40 @@ def test_every_factory_draws_once_and_returns_none_headless(machine, shows, tmp_
     assert "TEST GPU" in out  # the sweep widget read the recorded data
 
 
-def test_nbgrader_also_makes_factories_headless(monkeypatch, person, shows, tmp_path):
+def test_nbgrader_draws_no_picture_and_says_so(monkeypatch, person, shows, tmp_path, capsys):
+    """Under nbgrader (autograde or validate) no factory and no recorded plot draws or makes a widget: nothing
+    graded is a picture, and drawing was about 1.3 s of every phase-1 grading."""
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     monkeypatch.setitem(sys.modules, "ipywidgets", None)
-    assert vector_add.block_coverage_widget() is None and len(shows) == 1
+    (tmp_path / "tables").mkdir()
+    path = _recorded_tables(tmp_path / "tables")
+    from tritoncourse.roofline import show_recorded_roofline
+
+    pictures = {**_factories(tmp_path),
+                "plot_recorded": lambda: recorded.plot_recorded("vector_add", "n (fp32)", [("T", "Triton GB/s", {})],
+                                                                ylabel="GB/s", title="t", path=path),
+                "plot_recorded_attention": lambda: attention.plot_recorded_attention(json.loads(path.read_text())),
+                "show_recorded_roofline": lambda: show_recorded_roofline(path=path)}
+    for name, picture in pictures.items():
+        assert picture() is None, name
+        assert "not while nbgrader runs the notebook" in capsys.readouterr().out, name
+    assert shows == []
+
+
+def test_grading_a_widget_cell_imports_no_matplotlib():
+    """A widget cell and a recorded-plot cell, as nbgrader runs them: matplotlib is never imported."""
+    import subprocess
+
+    code = ("import sys\n"
+            "from tritoncourse.widgets.vector_add import block_coverage_widget\n"
+            "from tritoncourse.widgets.recorded import plot_recorded\n"
+            "block_coverage_widget(n_elements=37, block_size=8)\n"
+            "plot_recorded('vector_add', 'n (fp32)', [('Triton', 'Triton GB/s', {})], ylabel='GB/s', title='t')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'ipywidgets')))\n")
+    env = dict(__import__("os").environ, NBGRADER_EXECUTION="autograde")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 
 
 def test_headless_runs_the_timer_path_once(machine, shows):

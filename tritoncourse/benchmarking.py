@@ -20,6 +20,16 @@ def grading() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
+def picture_left_out() -> bool:
+    """True, after saying so, while nbgrader runs the notebook: the course's pictures (widgets, recorded plots, the
+    roofline) are drawn for a person and graded by nobody, so grading draws none of them. Drawing them cost about
+    1.3 s of CPU in each grading of phase 1 (matplotlib and ipywidgets), for every learner of a class."""
+    if grading():
+        print("(Pictures are drawn in JupyterLab, not while nbgrader runs the notebook.)")
+        return True
+    return False
+
+
 def can_time() -> bool:
     """True when kernels can be timed here: a GPU, and not under nbgrader. Otherwise says why."""
     if grading():

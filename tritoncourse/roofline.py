@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .benchmarking import RESULTS_FILE, load_results
+from .benchmarking import RESULTS_FILE, load_results, picture_left_out
 
 MARKERS = {"triton": "o", "online": "D", "eager": "s", "unfused": "v", "compile": "^"}
 
@@ -77,8 +77,10 @@ def plot_roofline(points: list[dict], peak_gbps: float, peak_tflops: float, roof
 def show_recorded_roofline(roof=None, classify=None, section: str = "roofline", path: Path = RESULTS_FILE):
     """Plot the roofline recorded on a real GPU (results/gpu-results.json), labelled with where it came from.
 
-    Says so, and draws nothing, when no such run has been recorded.
+    Says so, and draws nothing, when no such run has been recorded, and under nbgrader (:func:`picture_left_out`).
     """
+    if picture_left_out():
+        return None
     results = load_results(path)
     table = (results or {}).get("benchmarks", {}).get(section)
     peaks = (results or {}).get("peaks", {})

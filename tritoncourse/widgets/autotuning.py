@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import math
 
-import matplotlib.pyplot as plt
-from matplotlib.patches import Rectangle
 
 from ..benchmarking import RESULTS_FILE, grading, load_results
 from ..gpus import GPUS, WARP_SIZE, describe, matmul_accumulator_registers, matmul_shared_memory, occupancy, waves
 from ..device import infer_device
+from ._matplotlib import Rectangle, plt
 from . import interactive
 
 SECTION = "autotuning"

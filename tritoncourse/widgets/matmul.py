@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import math
 
-import matplotlib.pyplot as plt
-from matplotlib.patches import Rectangle
-
+from ._matplotlib import Rectangle, plt
 from . import interactive
 
 # The shared memory one program may use on the smallest recent NVIDIA GPUs (sm_86 / sm_89: 99 KB);

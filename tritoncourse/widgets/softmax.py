@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import math
 
-import matplotlib.pyplot as plt
 import torch
-from matplotlib.patches import Rectangle
 
+from ._matplotlib import Rectangle, plt
 from . import interactive
 
 HATCHES = ["", "//", "..", "\\\\", "xx", "--", "++", "oo"]

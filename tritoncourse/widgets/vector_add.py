@@ -5,9 +5,7 @@ work on the CPU interpreter too. Masked lanes are told apart by hatching and a l
 """
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-from matplotlib.patches import Rectangle
-
+from ._matplotlib import Rectangle, plt
 from . import interactive
 
 
