@@ -29,6 +29,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 
+from ..grading.zygote_server import close_shared_judge
 from ..notebooks import CourseError
 from .course import Course
 from .database import snapshot
@@ -154,7 +155,9 @@ class Grader:
                 + " ".join(self.nbgrader_args)).strip()
 
     def stop(self) -> None:
+        """Kill the private gradings, then the judge zygote they shared (zygote_server.py)."""
         self._running.stop()
+        close_shared_judge()
 
     # ---- the main process only
     def merge(self, task: Task, work: Path) -> dict:
@@ -210,6 +213,7 @@ class Grader:
         try:
             return self._grade(pairs, force=force, retry_failed=retry_failed)
         finally:
+            close_shared_judge()  # the run's gradings are over: the judge zygote they shared ends with them
             fcntl.flock(lock, fcntl.LOCK_UN)
             lock.close()
 

@@ -5,6 +5,8 @@ Local grading (``grader.Grader.run_one``) and a Dask worker (``distributed.grade
 non-notebook files from ``source/``, the learner's submitted files and a SQLite gradebook that starts from the real
 one's rows), starts nbgrader there with its output in a log, and kills it with everything it started when it runs
 past its time limit. The copy's gradebook is the only one it writes; the grading process merges it afterwards.
+On the CPU interpreter every private grading of one process uses one shared judge zygote, started on first use
+(``grading/zygote_server.py``): torch and the checks are imported once a process, not once a learner.
 """
 from __future__ import annotations
 
@@ -143,7 +145,10 @@ def grade_privately(work: Path, private: PrivateCourse, argv: list[str], log: Pa
     """Lay out ``work``, run ``python ARGV`` (nbgrader autograde) there with its output in ``log``, and kill it with
     everything it started past ``timeout`` seconds. ``launcher``: arguments put between the interpreter and ARGV
     (a Dask worker's die-with-parent wrapper). None when ``running`` was stopped before it started."""
+    from ..grading.zygote_server import shared_judge_env
+
     lay_out(work, private)
+    env = shared_judge_env(nbgrader_env() if env is None else env)
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     timed_out = False
@@ -151,7 +156,7 @@ def grade_privately(work: Path, private: PrivateCourse, argv: list[str], log: Pa
         fh.write(("$ " + " ".join([sys.executable, *argv]) + "\n").encode())
         fh.flush()
         proc = running.start(key, [sys.executable, *(launcher or []), *argv], cwd=work,
-                             env=nbgrader_env() if env is None else env, stdin=subprocess.DEVNULL, stdout=fh,
+                             env=env, stdin=subprocess.DEVNULL, stdout=fh,
                              stderr=subprocess.STDOUT, start_new_session=True)
         if proc is None:
             return None

@@ -1,6 +1,7 @@
 """The processes of a kernel test, as the grader drives them: the client of a warm zygote (zygote.py) that forks
-one child per test, this process's warm zygotes, and :class:`_Child`, a judge or a runner polled and killed the
-same way whether a zygote forked it or it runs as a plain fresh process (in the sandbox or not).
+one child per test, this process's warm zygotes (the judge's may be one shared by the process that runs the private
+gradings, zygote_server.py), and :class:`_Child`, a judge or a runner polled and killed the same way whether a
+zygote forked it or it runs as a plain fresh process (in the sandbox or not).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
+SHARED_JUDGE_ENV = "TRITONCOURSE_JUDGE_ZYGOTE"  # zygote_server.ENV: the socket of a shared judge zygote
 
 
 class _Zygote:
@@ -30,28 +33,38 @@ class _Zygote:
                                      start_new_session=True)
         if sandbox is not None:
             sandbox.watch(self.proc.pid)
+        self._talk(self.proc.stdout, self.proc.stdin)
+
+    def _talk(self, replies, requests) -> None:
+        """Wait for the zygote's ``ready`` on ``replies``, then read its replies there in a thread of their own."""
+        self.requests = requests
         self.lock = threading.Lock()
         self.next_id = 0
         self.replies: dict[str, dict] = {}
         self.changed = threading.Condition(self.lock)
-        first = self.proc.stdout.readline()
+        first = replies.readline()
         if not first or not json.loads(first).get("ready"):
             raise RuntimeError("the test zygote did not start")
-        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read, args=(replies,), daemon=True).start()
 
-    def _read(self) -> None:
+    def _read(self, replies) -> None:
         try:
-            for line in self.proc.stdout:
+            for line in replies:
                 msg = json.loads(line)
                 with self.changed:
                     self.replies.setdefault(msg["id"], {}).update(msg)
                     self.changed.notify_all()
         finally:  # the zygote is gone (or talks nonsense): wake everybody, who then run without it
-            if self.proc.poll() is None:
-                self.proc.kill()
+            self._end()
             with self.changed:
                 self.replies["dead"] = {}
                 self.changed.notify_all()
+
+    def _end(self) -> None:
+        """Kill the zygote and wait for it."""
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.wait(timeout=10)
 
     def alive(self) -> bool:
         return self.proc.poll() is None and "dead" not in self.replies
@@ -63,9 +76,9 @@ class _Zygote:
                 raise RuntimeError("the test zygote died")
             self.next_id += 1
             rid = str(self.next_id)
-            self.proc.stdin.write((json.dumps({"id": rid, "workdir": workdir, "env": env, "out": out,
-                                               "entry": entry}) + "\n").encode())
-            self.proc.stdin.flush()
+            self.requests.write((json.dumps({"id": rid, "workdir": workdir, "env": env, "out": out,
+                                             "entry": entry}) + "\n").encode())
+            self.requests.flush()
         return rid
 
     def poll(self, rid: str) -> int | str | None:
@@ -79,8 +92,8 @@ class _Zygote:
     def kill(self, rid: str) -> None:
         """Kill the child and its session (in a sandbox only the zygote can: pids are its PID namespace's)."""
         with contextlib.suppress(OSError, ValueError), self.lock:
-            self.proc.stdin.write((json.dumps({"kill": rid}) + "\n").encode())
-            self.proc.stdin.flush()
+            self.requests.write((json.dumps({"kill": rid}) + "\n").encode())
+            self.requests.flush()
         self._kill_session(self.replies.get(rid, {}).get("pid"))
 
     def _kill_session(self, pid: int | None) -> None:
@@ -93,14 +106,41 @@ class _Zygote:
         """Kill the zygote and wait for it; unsandboxed, also the sessions of its children still running (in a
         sandbox, closing the sandbox kills those)."""
         with contextlib.suppress(OSError, ValueError):
-            self.proc.stdin.close()
-        with contextlib.suppress(Exception):
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+            self.requests.close()
+        self._end()
         with self.lock:
             running = [r["pid"] for r in self.replies.values() if "pid" in r and "exit" not in r]
         for pid in running:
             self._kill_session(pid)
+
+
+class _SharedZygote(_Zygote):
+    """Client of a judge zygote shared by the private gradings of one process (zygote_server.py), through its Unix
+    socket: the same protocol and ids of this client's own. Closing the connection ends this client's children
+    still running (the server kills their sessions); the zygote itself is its starter's to end."""
+
+    def __init__(self, path: str):
+        self.sandbox, self.proc = None, None
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(10)
+            self.sock.connect(path)
+            self.sock.settimeout(None)
+            self._talk(self.sock.makefile("rb"), self.sock.makefile("wb"))
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def _end(self) -> None:
+        """Hang up (the reading thread then sees the end; its file closes with it)."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError, ValueError):
+            self.requests.close()
+        self.sock.close()
+
+    def alive(self) -> bool:
+        return "dead" not in self.replies
 
 
 _zygotes: dict[str, _Zygote] = {}
@@ -124,17 +164,31 @@ def _close_warm_zygotes() -> None:
 
 def _warm_zygote(entry: str = "runner") -> _Zygote | None:
     """This process's warm zygote for ``entry`` (started on first use, unsandboxed), or None where forking is not
-    used. Grading gives the runner a zygote inside the learner's sandbox instead (IsolatedKernelTests)."""
+    used. Grading gives the runner a zygote inside the learner's sandbox instead (IsolatedKernelTests). The judge's
+    is the shared one named by ``TRITONCOURSE_JUDGE_ZYGOTE`` where it answers (a private grading's), else its own."""
     if os.environ.get("TRITONCOURSE_ZYGOTE", "1") == "0":
         return None
     with _zygote_lock:
         z = _zygotes.get(entry)
         if z is None or not z.alive():
-            try:
-                z = _zygotes[entry] = _Zygote()
-            except (OSError, RuntimeError, ValueError):
-                return None
+            if z is not None:
+                z.close()
+                del _zygotes[entry]
+            z = _start_zygote(entry)
+            if z is not None:
+                _zygotes[entry] = z
         return z
+
+
+def _start_zygote(entry: str) -> _Zygote | None:
+    shared = os.environ.get(SHARED_JUDGE_ENV) if entry == "judge" else None
+    if shared:
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            return _SharedZygote(shared)
+    try:
+        return _Zygote()
+    except (OSError, RuntimeError, ValueError):
+        return None
 
 class _Child:
     """A judge or a runner: a zygote's child or a plain process, polled and killed the same way."""

@@ -1,0 +1,157 @@
+"""One judge zygote shared by the private gradings of one process (zygote_server.py), without nbgrader.
+
+Each private grading connects to it instead of importing torch, triton and the checks again; what must hold: the
+clients' children and ids stay apart, a client that hangs up (its nbgrader killed at its time limit) leaves no
+judge child behind, a missing socket costs nothing but the saving, and the zygote ends with its starter.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DEVICE
+from tritoncourse.grading import zygote_client, zygote_server
+from tritoncourse.grading.zygote_client import _SharedZygote, _Zygote
+
+pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the zygotes serve the CPU interpreter only")
+
+
+@pytest.fixture(scope="module")
+def server():
+    shared = zygote_server.SharedJudge()
+    path = shared.socket_for(dict(os.environ))
+    assert path and Path(path).exists()
+    assert Path(path).parent.stat().st_mode & 0o777 == 0o700
+    yield shared, path
+    shared.close()
+
+
+def judge_request(tmp: Path, name: str, runner_gone: bool) -> tuple[str, dict, str]:
+    """A judge's folder, env and output file; with ``runner_gone`` it ends at once (no runner will come), else it
+    waits for a runner (300 s)."""
+    jdir, rdir = tmp / f"{name}-judge", tmp / f"{name}-runner"
+    jdir.mkdir()
+    rdir.mkdir()
+    if runner_gone:
+        (jdir / "runner-exit").write_text("1")
+    env = dict(os.environ, TRITON_INTERPRET="1", TRITONCOURSE_RUNNER_DIR=str(rdir),
+               TRITONCOURSE_RESULT_FILE=str(jdir / "result.json"), TRITONCOURSE_STAGE_FILE=str(jdir / "stage.txt"))
+    return str(jdir), env, str(jdir / "out.txt")
+
+
+def wait_exit(z: _Zygote, rid: str, seconds: float = 60):
+    deadline = time.monotonic() + seconds
+    while (code := z.poll(rid)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return code
+
+
+def gone(pid: int, seconds: float = 10) -> bool:
+    import psutil
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_two_clients_each_get_their_own_judges_exit(server, tmp_path):
+    """Two connections (two private gradings) each fork a judge with ids of their own (both "1"); each gets its own
+    judge's exit, and each judge ran with its own env (its verdict in its own folder)."""
+    _, path = server
+    a, b = _SharedZygote(path), _SharedZygote(path)
+    try:
+        ra = a.start(*judge_request(tmp_path, "a", True), entry="judge")
+        rb = b.start(*judge_request(tmp_path, "b", True), entry="judge")
+        assert ra == rb == "1"
+        assert wait_exit(a, ra) == 1 and wait_exit(b, rb) == 1
+        for name in ("a", "b"):
+            assert json.loads((tmp_path / f"{name}-judge" / "result.json").read_text())["kind"] == "runner-lost"
+        assert a.replies[ra]["pid"] != b.replies[rb]["pid"]
+    finally:
+        a.close(), b.close()
+
+
+def test_a_closed_connection_leaves_no_judge_behind(server, tmp_path):
+    """A judge still waiting for its runner when its client hangs up is killed with its session; the zygote goes on
+    serving the others. ``kill`` of one id kills that child only."""
+    shared, path = server
+    a, b = _SharedZygote(path), _SharedZygote(path)
+    try:
+        ra = a.start(*judge_request(tmp_path, "a", False), entry="judge")
+        rb1 = b.start(*judge_request(tmp_path, "b1", False), entry="judge")
+        rb2 = b.start(*judge_request(tmp_path, "b2", False), entry="judge")
+        for z, rid in ((a, ra), (b, rb1), (b, rb2)):
+            while "pid" not in z.replies.get(rid, {}):
+                time.sleep(0.02)
+        pa = a.replies[ra]["pid"]
+        a.close()  # as when its nbgrader is killed: the connection ends, nothing else
+        assert gone(pa), "the closed client's judge is still running"
+        b.kill(rb1)
+        assert wait_exit(b, rb1) == -9
+        assert b.poll(rb2) is None, "another client's kill reached this judge"
+        assert shared.proc.poll() is None
+        c = _SharedZygote(path)
+        rc = c.start(*judge_request(tmp_path, "c", True), entry="judge")
+        assert wait_exit(c, rc) == 1
+        c.close()
+    finally:
+        b.close()
+
+
+def test_the_judge_zygote_ends_with_its_starter(tmp_path):
+    """Closed (at exit, or on the grader's stop), the shared zygote ends with its judges still running and its
+    private folder; the socket's folder is the grader's alone."""
+    shared = zygote_server.SharedJudge()
+    path = shared.socket_for(dict(os.environ))
+    z = _SharedZygote(path)
+    rid = z.start(*judge_request(tmp_path, "a", False), entry="judge")
+    while "pid" not in z.replies.get(rid, {}):
+        time.sleep(0.02)
+    pid, zpid = z.replies[rid]["pid"], shared.proc.pid
+    shared.close()
+    assert gone(pid) and gone(zpid)
+    assert not Path(path).parent.exists()
+    assert z.poll(rid) == "lost" and not z.alive()
+    z.close()
+
+
+def test_warm_judge_uses_the_socket_or_falls_back(server, monkeypatch):
+    """``_warm_zygote("judge")`` connects to the socket the grading names; with the socket gone, the grading starts
+    its own zygote as before. The runner's zygote is never the shared one."""
+    _, path = server
+    monkeypatch.setattr(zygote_client, "_zygotes", {})
+    monkeypatch.setenv(zygote_client.SHARED_JUDGE_ENV, path)
+    monkeypatch.delenv("TRITONCOURSE_ZYGOTE", raising=False)
+    z = zygote_client._warm_zygote("judge")
+    assert isinstance(z, _SharedZygote) and z.alive()
+    assert zygote_client._warm_zygote("judge") is z
+    z.close()
+    monkeypatch.setattr(zygote_client, "_zygotes", {})
+    monkeypatch.setenv(zygote_client.SHARED_JUDGE_ENV, path + ".absent")
+    own = zygote_client._warm_zygote("judge")
+    try:
+        assert type(own) is _Zygote and own.alive()
+    finally:
+        own.close()
+
+
+def test_only_where_a_judge_zygote_is_used(monkeypatch):
+    """The grading's env names a shared judge only where the zygote is used (not with TRITONCOURSE_ZYGOTE=0) and
+    not opted out (TRITONCOURSE_SHARED_JUDGE=0); without a socket, the env is as given."""
+    started = []
+    monkeypatch.setattr(zygote_server._shared, "socket_for", lambda env: started.append(1) or "/x/judge.sock")
+    base = {"TRITON_INTERPRET": "1", zygote_server.ENV: "/stale"}
+    assert zygote_server.shared_judge_env(base)[zygote_server.ENV] == "/x/judge.sock"
+    for off in ({"TRITONCOURSE_ZYGOTE": "0"}, {zygote_server.OPT_OUT_ENV: "0"}):
+        assert zygote_server.ENV not in zygote_server.shared_judge_env(dict(base, **off))
+    assert len(started) == 1

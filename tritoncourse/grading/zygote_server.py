@@ -1,0 +1,185 @@
+"""One warm judge zygote shared by every private grading a process runs (``zygote.py --socket PATH``).
+
+``course grade`` (or a Dask worker) runs each learner's grading as a private ``nbgrader autograde`` process; each
+used to start its own judge zygote, importing torch, triton and the checks again (~1.9 s of CPU a grading). Here
+the grading process starts one zygote serving a Unix socket (:func:`shared_judge_env`, on the CPU interpreter
+only) and names it to every private nbgrader in ``TRITONCOURSE_JUDGE_ZYGOTE``; their ``_warm_zygote("judge")``
+connects to it (``zygote_client._SharedZygote``) instead of starting one. Each connection is one client of
+zygote.py's line protocol, its ids its own. A closed connection (its nbgrader ended, or was killed at its time
+limit) has its children still running killed with their sessions; the zygote and all its children end when the
+process that started it closes its stdin (at exit, or when it dies).
+
+Why this opens no path to a learner: the judge never runs learner code (it imports the course's modules and forks;
+each child runs the test's checks, which talk to the sandboxed runner through a channel of their own). The socket
+lies in a 0700 folder of the grader's temporary directory, and the server refuses a connection from any other
+uid (SO_PEERCRED): learners' code runs sandboxed under other uids and sees neither. The requests (env, workdir,
+out) come from the private nbgrader process, which runs no learner code either (the notebook's kernel is
+sandboxed). Graded unsandboxed (the instructor's explicit opt-out), learners' code runs as the grader and could
+use the socket, but could then do anything the grader can anyway.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from . import zygote
+
+ENV = "TRITONCOURSE_JUDGE_ZYGOTE"  # the socket of the shared judge zygote, set for private gradings
+OPT_OUT_ENV = "TRITONCOURSE_SHARED_JUDGE"  # "0": each private grading starts its own judge zygote, as before
+
+
+# ---- inside the zygote
+def _peer_uid(conn: socket.socket) -> int:
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+
+
+def serve_socket(path: str) -> None:
+    """Serve zygote.py's protocol to every connection to ``path``; end (killing every child's session) when
+    stdin closes. It listens before it imports, so that the gradings started meanwhile connect and wait for their
+    ``ready`` instead of each starting a zygote of their own."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    os.write(1, b'{"listening": true}\n')
+    zygote.preload()
+    zygote._OWN_FDS.add(listener.fileno())
+    clients: dict[int, tuple[zygote.Client, socket.socket]] = {}
+    owners: dict[int, zygote.Client] = {}
+
+    def drop(fd: int) -> None:
+        client, conn = clients.pop(fd)
+        client.kill_children()
+        zygote._OWN_FDS.discard(fd)
+        conn.close()
+
+    try:
+        while True:
+            ready = zygote.wait_ready([0, listener.fileno(), *clients])
+            if 0 in ready and not os.read(0, 4096):
+                return
+            if listener.fileno() in ready:
+                _accept(listener, clients)
+            for fd in ready:
+                if fd not in clients:
+                    continue
+                client, conn = clients[fd]
+                try:
+                    chunk = conn.recv(65536)
+                    if chunk:
+                        client.feed(chunk, owners)
+                except (OSError, ValueError, KeyError, TypeError):  # gone, or talking nonsense: dropped
+                    chunk = b""
+                if not chunk or client.gone:
+                    drop(fd)
+            zygote.reap(owners)
+            for fd in [fd for fd, (client, _) in clients.items() if client.gone]:
+                drop(fd)
+    finally:
+        for client in set(owners.values()):
+            client.kill_children()
+
+
+def _accept(listener: socket.socket, clients: dict) -> None:
+    conn, _ = listener.accept()
+    if _peer_uid(conn) != os.getuid():  # the socket's folder is the grader's alone; this is the second wall
+        conn.close()
+        return
+    conn.settimeout(10)  # a client that stops reading is dropped, not waited for by every other
+    client = zygote.Client(conn.fileno(), conn.sendall)
+    clients[conn.fileno()] = (client, conn)
+    zygote._OWN_FDS.add(conn.fileno())
+    client.reply({"ready": True})
+
+
+# ---- in the process that runs private gradings
+class SharedJudge:
+    """The shared judge zygote of this process: started on first use, ended at exit (or by :meth:`close`)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen | None = None
+        self.folder: str | None = None
+
+    def socket_for(self, env: dict) -> str | None:
+        """The socket of the running zygote (started with ``env`` if none runs), or None where it cannot start."""
+        with self.lock:
+            if self.proc is not None and self.proc.poll() is None:
+                return str(Path(self.folder, "judge.sock"))
+            self._close()
+            self.folder = tempfile.mkdtemp(prefix="tritoncourse-shared-judge-")  # 0700, the grader's own
+            path = str(Path(self.folder, "judge.sock"))
+            env = {k: v for k, v in env.items() if k != ENV}
+            try:
+                self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(zygote.__file__), "--socket", path],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+                if self.proc.stdout.readline().strip() != b'{"listening": true}':
+                    raise RuntimeError("the shared judge zygote did not start")
+            except (OSError, RuntimeError):
+                self._close()
+                return None
+            return path
+
+    def close(self) -> None:
+        with self.lock:
+            self._close()
+
+    def _close(self) -> None:
+        """Kill the zygote (its children die with its stdin's end, killed with their sessions) and wait for it."""
+        if self.proc is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.proc.stdin.close()
+            with contextlib.suppress(Exception):
+                self.proc.wait(timeout=5)
+            with contextlib.suppress(Exception):
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+            with contextlib.suppress(Exception):
+                self.proc.stdout.close()
+            self.proc = None
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+_shared = SharedJudge()
+_owner = os.getpid()
+
+
+@atexit.register
+def close_shared_judge() -> None:
+    """This process's shared judge ends with it (a forked child must not end its parent's)."""
+    if os.getpid() == _owner:
+        _shared.close()
+
+
+def shared_judge_env(env: dict) -> dict:
+    """``env`` for a private grading, naming this process's shared judge zygote where the gradings use a judge
+    zygote at all: on the CPU interpreter (``TRITONCOURSE_ZYGOTE`` not "0"), unless ``TRITONCOURSE_SHARED_JUDGE=0``.
+    On a GPU, or where the zygote cannot start, ``env`` as it is."""
+    env = dict(env)
+    env.pop(ENV, None)
+    if env.get("TRITONCOURSE_ZYGOTE", "1") == "0" or env.get(OPT_OUT_ENV, "1") == "0" or not _on_interpreter(env):
+        return env
+    path = _shared.socket_for(env)
+    if path is not None:
+        env[ENV] = path
+    return env
+
+
+def _on_interpreter(env: dict) -> bool:
+    """Whether the private gradings will run their tests on the CPU interpreter (device.infer_device's answer,
+    without importing torch: with a GPU's device nodes present, only when the interpreter is asked for)."""
+    from ..device import _TRUTHY, _gpu_device_nodes
+
+    return env.get("TRITON_INTERPRET", "").strip().lower() in _TRUTHY or not _gpu_device_nodes()
