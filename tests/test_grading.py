@@ -18,7 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import DEVICE
-from course import NBGRADER_FIXTURES, SUBMISSIONS, Course, fill_solution_regions, fixtures, graded_test_ids
+from baseline import CELL_TIMEOUT, TIMEOUT_FACTOR
+from course import (NBGRADER_FIXTURES, SCALED_DOWN, SUBMISSIONS, Course, fill_solution_regions, fixtures,
+                    graded_test_ids)
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct
@@ -27,13 +29,17 @@ ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 _GIVEN = dict(flag.split("=", 1) for flag in os.environ.get("TRITONCOURSE_GRADING_FLAGS", "").split())
 _FLAGS = {"--IsolatedKernelTests.timeout_factor": "0.5", "--ResilientExecute.timeout": "60", **_GIVEN}
 FLAGS = tuple(f"{key}={value}" for key, value in _FLAGS.items())
-# An endless loop waits for every limit it meets (the notebook's cell that runs the kernel, then each failing test):
-# its learner is graded in a course copy of its own, at the same time as the others, with 0.15 of each test's limit
-# (18 s; tests/test_verdicts.py gives an endless loop 0.1) and a 20 s cell limit: the same verdicts ("did not
-# finish", 0 points for those tests; its full-blocks test, 3-9 s on a loaded 2-core machine, passes) much sooner.
-# On a GPU (compute-sanitizer: ~10 s a correct test) and wherever TRITONCOURSE_GRADING_FLAGS says, the usual limits.
-ENDLESS_FLAGS = FLAGS if DEVICE != "cpu" else tuple(f"{key}={value}" for key, value in {
-    **_FLAGS, "--IsolatedKernelTests.timeout_factor": "0.15", "--ResilientExecute.timeout": "20", **_GIVEN}.items())
+# An endless loop waits for every limit it meets (the notebook's cell that runs the kernel, then each failing test),
+# spinning a core all the while: its learner is graded in a course copy of its own, at the same time as the others,
+# with phase 1's largest sizes scaled down (tests/course.py SCALED_DOWN, as the classroom's class) and the classroom's
+# limits (tests/baseline.py: 0.08 of each test's, 9.6 s, and a 15 s cell limit): the same verdicts ("did not finish",
+# 0 points for those tests; its full-blocks test, under a second at the scaled sizes, passes) much sooner (0.15 and
+# 20 s at the real sizes before, whose full-blocks test took 3-9 s on a loaded 2-core machine). On a GPU
+# (compute-sanitizer: ~10 s a correct test) and wherever TRITONCOURSE_GRADING_FLAGS says, the usual limits and sizes.
+ENDLESS_SCALED = DEVICE == "cpu" and not _GIVEN
+ENDLESS_FLAGS = FLAGS if not ENDLESS_SCALED else tuple(f"{key}={value}" for key, value in {
+    **_FLAGS, "--IsolatedKernelTests.timeout_factor": str(TIMEOUT_FACTOR),
+    "--ResilientExecute.timeout": str(CELL_TIMEOUT)}.items())
 # TRITONCOURSE_GRADING_FIXTURES=name,name grades only those fixtures (and the six standard learners): a GPU run
 # with little device time picks the submissions that matter; =all grades every fixture; unset, NBGRADER_FIXTURES.
 _ONLY = os.environ.get("TRITONCOURSE_GRADING_FIXTURES", "")
@@ -113,7 +119,8 @@ def graded(tmp_path_factory):
             def submit(student, nb):
                 if "endless" in student:
                     if not endless:
-                        endless.append(Course(tmp_path_factory.mktemp(f"{assignment}-endless"), [assignment]))
+                        endless.append(Course(tmp_path_factory.mktemp(f"{assignment}-endless"), [assignment],
+                                              scaled_down=ENDLESS_SCALED and assignment in SCALED_DOWN))
                     courses[student] = endless[0]
                 else:
                     courses[student] = shards[sum("endless" not in s for s in courses) % SHARDS]
