@@ -47,9 +47,9 @@ class _Zygote:
             raise RuntimeError("the test zygote did not start")
         threading.Thread(target=self._read, args=(replies,), daemon=True).start()
 
-    def _read(self, replies) -> None:
+    def _read(self, replies=None) -> None:
         try:
-            for line in replies:
+            for line in self.proc.stdout if replies is None else replies:
                 msg = json.loads(line)
                 with self.changed:
                     self.replies.setdefault(msg["id"], {}).update(msg)
