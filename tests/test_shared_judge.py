@@ -77,6 +77,9 @@ def test_two_clients_each_get_their_own_judges_exit(server, tmp_path):
         for name in ("a", "b"):
             assert json.loads((tmp_path / f"{name}-judge" / "result.json").read_text())["kind"] == "runner-lost"
         assert a.replies[ra]["pid"] != b.replies[rb]["pid"]
+        out = tmp_path / "runner-out.txt"  # the shared zygote forks judges only: a runner would run learner code
+        assert wait_exit(a, a.start(str(tmp_path), {}, str(out), entry="runner")) == 3
+        assert "unknown entry \"refused 'runner'\"" in out.read_text()
     finally:
         a.close(), b.close()
 

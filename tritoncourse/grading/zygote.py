@@ -70,10 +70,11 @@ def _child(req: dict) -> None:
 
 class Client:
     """One client's session: its requests come in on ``rfd``, its replies go out through ``write``; its children
-    by pid (with the ids it gave them)."""
+    by pid (with the ids it gave them). A request for an entry not in ``entries`` forks a child that reports it and
+    exits 3."""
 
-    def __init__(self, rfd: int, write):
-        self.rfd, self.write = rfd, write
+    def __init__(self, rfd: int, write, entries: tuple[str, ...] = ENTRIES):
+        self.rfd, self.write, self.entries = rfd, write, entries
         self.buffer = b""
         self.children: dict[int, str] = {}
         self.gone = False  # a reply could not be sent: the client left (or stopped reading)
@@ -103,6 +104,8 @@ class Client:
             if "kill" in req:  # the grader's time limit: the child and everything in its session
                 self.kill_children(str(req["kill"]))
                 continue
+            if req.get("entry", "runner") not in self.entries:
+                req["entry"] = f"refused {req.get('entry', 'runner')!r}"
             pid = os.fork()
             if pid == 0:
                 _child(req)

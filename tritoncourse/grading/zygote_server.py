@@ -95,7 +95,7 @@ def _accept(listener: socket.socket, clients: dict) -> None:
         conn.close()
         return
     conn.settimeout(10)  # a client that stops reading is dropped, not waited for by every other
-    client = zygote.Client(conn.fileno(), conn.sendall)
+    client = zygote.Client(conn.fileno(), conn.sendall, entries=("judge",))  # never a runner: no learner code
     clients[conn.fileno()] = (client, conn)
     zygote._OWN_FDS.add(conn.fileno())
     client.reply({"ready": True})
