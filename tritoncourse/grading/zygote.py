@@ -1,7 +1,7 @@
 """A warm process that forks one child per test, so torch and triton are imported once, not per test.
 
     python -I zygote.py                 # one client: requests on stdin, replies on stdout, one JSON object a line
-    python -I zygote.py --socket PATH   # many clients, one a connection to the Unix socket PATH (zygote_server.py)
+    python -I zygote.py --socket PATH   # many clients, each a connection to the Unix socket PATH
 
 A request ``{"kill": id}`` kills that child's session (in a sandbox only the zygote can: the pids it reports
 are its PID namespace's). A request ``{"id", "workdir", "env", "out", "entry"}`` forks a child that runs
@@ -10,12 +10,16 @@ with exactly ``env``, its output in ``out``, in a session of its own (so the cal
 started). Replies: ``{"ready"}`` first, ``{"id", "pid"}`` at once, ``{"id", "exit"}`` when the child
 ends (negative: killed by that signal). Ids are a client's own. The zygote itself never runs a learner's code: it
 only imports the course's modules, then forks; each child starts from that clean state. Only used on the CPU
-interpreter (CUDA must not be initialised before a fork).
+interpreter (CUDA must not be initialised before a fork). The socket's zygote is the judge's shared by the
+private gradings of one process (zygote_server.py, which says why it opens no path to learner code): it forks
+judges only, refuses other uids, and kills the sessions of a connection's children when the connection closes.
 """
 import json
 import os
 import select
 import signal
+import socket
+import struct
 import sys
 
 PRELOAD = ("numpy", "torch", "triton", "triton.language", "tritoncourse.checking", "tritoncourse.checks",
@@ -172,11 +176,73 @@ def serve() -> None:
         reap(owners)
 
 
+# ---- many clients on a Unix socket
+def _peer_uid(conn: socket.socket) -> int:
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+
+
+def serve_socket(path: str) -> None:
+    """Serve this protocol to every connection to ``path``, each a client of its own; end (killing every child's session) when
+    stdin closes. It listens before it imports, so that the gradings started meanwhile connect and wait for their
+    ``ready`` instead of each starting a zygote of their own."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    os.write(1, b'{"listening": true}\n')
+    preload()
+    _OWN_FDS.add(listener.fileno())
+    clients: dict[int, tuple[Client, socket.socket]] = {}
+    owners: dict[int, Client] = {}
+
+    def drop(fd: int) -> None:
+        client, conn = clients.pop(fd)
+        client.kill_children()
+        _OWN_FDS.discard(fd)
+        conn.close()
+
+    try:
+        while True:
+            ready = wait_ready([0, listener.fileno(), *clients])
+            if 0 in ready and not os.read(0, 4096):
+                return
+            if listener.fileno() in ready:
+                _accept(listener, clients)
+            for fd in ready:
+                if fd not in clients:
+                    continue
+                client, conn = clients[fd]
+                try:
+                    chunk = conn.recv(65536)
+                    if chunk:
+                        client.feed(chunk, owners)
+                except (OSError, ValueError, KeyError, TypeError):  # gone, or talking nonsense: dropped
+                    chunk = b""
+                if not chunk or client.gone:
+                    drop(fd)
+            reap(owners)
+            for fd in [fd for fd, (client, _) in clients.items() if client.gone]:
+                drop(fd)
+    finally:
+        for client in set(owners.values()):
+            client.kill_children()
+
+
+def _accept(listener: socket.socket, clients: dict) -> None:
+    conn, _ = listener.accept()
+    if _peer_uid(conn) != os.getuid():  # the socket's folder is the grader's alone; this is the second wall
+        conn.close()
+        return
+    conn.settimeout(10)  # a client that stops reading is dropped, not waited for by every other
+    client = Client(conn.fileno(), conn.sendall, entries=("judge",))  # never a runner: no learner code
+    clients[conn.fileno()] = (client, conn)
+    _OWN_FDS.add(conn.fileno())
+    client.reply({"ready": True})
+
+
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     if sys.argv[1:2] == ["--socket"]:
-        from tritoncourse.grading import zygote_server  # it runs the imported copy of this module, not __main__
-
-        zygote_server.serve_socket(sys.argv[2])
+        serve_socket(sys.argv[2])
     else:
         serve()

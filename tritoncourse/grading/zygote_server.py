@@ -23,85 +23,17 @@ import atexit
 import contextlib
 import os
 import shutil
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 
-from . import zygote
-
+ZYGOTE = Path(__file__).with_name("zygote.py")
 ENV = "TRITONCOURSE_JUDGE_ZYGOTE"  # the socket of the shared judge zygote, set for private gradings
 OPT_OUT_ENV = "TRITONCOURSE_SHARED_JUDGE"  # "0": each private grading starts its own judge zygote, as before
 
 
-# ---- inside the zygote
-def _peer_uid(conn: socket.socket) -> int:
-    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
-
-
-def serve_socket(path: str) -> None:
-    """Serve zygote.py's protocol to every connection to ``path``; end (killing every child's session) when
-    stdin closes. It listens before it imports, so that the gradings started meanwhile connect and wait for their
-    ``ready`` instead of each starting a zygote of their own."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    os.chmod(path, 0o600)
-    listener.listen(64)
-    os.write(1, b'{"listening": true}\n')
-    zygote.preload()
-    zygote._OWN_FDS.add(listener.fileno())
-    clients: dict[int, tuple[zygote.Client, socket.socket]] = {}
-    owners: dict[int, zygote.Client] = {}
-
-    def drop(fd: int) -> None:
-        client, conn = clients.pop(fd)
-        client.kill_children()
-        zygote._OWN_FDS.discard(fd)
-        conn.close()
-
-    try:
-        while True:
-            ready = zygote.wait_ready([0, listener.fileno(), *clients])
-            if 0 in ready and not os.read(0, 4096):
-                return
-            if listener.fileno() in ready:
-                _accept(listener, clients)
-            for fd in ready:
-                if fd not in clients:
-                    continue
-                client, conn = clients[fd]
-                try:
-                    chunk = conn.recv(65536)
-                    if chunk:
-                        client.feed(chunk, owners)
-                except (OSError, ValueError, KeyError, TypeError):  # gone, or talking nonsense: dropped
-                    chunk = b""
-                if not chunk or client.gone:
-                    drop(fd)
-            zygote.reap(owners)
-            for fd in [fd for fd, (client, _) in clients.items() if client.gone]:
-                drop(fd)
-    finally:
-        for client in set(owners.values()):
-            client.kill_children()
-
-
-def _accept(listener: socket.socket, clients: dict) -> None:
-    conn, _ = listener.accept()
-    if _peer_uid(conn) != os.getuid():  # the socket's folder is the grader's alone; this is the second wall
-        conn.close()
-        return
-    conn.settimeout(10)  # a client that stops reading is dropped, not waited for by every other
-    client = zygote.Client(conn.fileno(), conn.sendall, entries=("judge",))  # never a runner: no learner code
-    clients[conn.fileno()] = (client, conn)
-    zygote._OWN_FDS.add(conn.fileno())
-    client.reply({"ready": True})
-
-
-# ---- in the process that runs private gradings
 class SharedJudge:
     """The shared judge zygote of this process: started on first use, ended at exit (or by :meth:`close`)."""
 
@@ -120,7 +52,7 @@ class SharedJudge:
             path = str(Path(self.folder, "judge.sock"))
             env = {k: v for k, v in env.items() if k != ENV}
             try:
-                self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(zygote.__file__), "--socket", path],
+                self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(ZYGOTE), "--socket", path],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                              stderr=subprocess.DEVNULL, env=env, start_new_session=True)
                 if self.proc.stdout.readline().strip() != b'{"listening": true}':
