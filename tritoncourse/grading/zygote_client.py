@@ -190,6 +190,7 @@ def _start_zygote(entry: str) -> _Zygote | None:
     except (OSError, RuntimeError, ValueError):
         return None
 
+
 class _Child:
     """A judge or a runner: a zygote's child or a plain process, polled and killed the same way."""
 
