@@ -83,15 +83,22 @@ def groups(items) -> dict[int, str | None]:
 
 
 def order(items, names: dict[int, str | None]) -> list:
-    """Items grouped, longest group first; the order inside a group (and so fixture set-up) is kept."""
+    """Items grouped, longest group first; the order inside a group (and so fixture set-up) is kept. Groups with a
+    test marked ``waits`` (it mostly sleeps until a time bound) go before all others: at the end of a run they left
+    both cores nearly idle for ~40 s (2026-11-26, CI-like run: two such tests at 18% and 39% of the machine busy),
+    while beside the gradings their waiting costs nothing."""
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     cost: dict[str, float] = {}
     first: dict[str, int] = {}
+    waits: set[str] = set()
     unit = [names[i] or item.nodeid for i, item in enumerate(items)]  # an ungrouped test is a unit of its own
     for i, item in enumerate(items):
         cost[unit[i]] = cost.get(unit[i], 0.0) + float(seconds.get(item.nodeid, 1.0))
         first.setdefault(unit[i], i)
-    return [items[i] for i in sorted(range(len(items)), key=lambda i: (-cost[unit[i]], first[unit[i]], i))]
+        if item.get_closest_marker("waits") is not None:
+            waits.add(unit[i])
+    return [items[i] for i in sorted(range(len(items)),
+                                     key=lambda i: (unit[i] not in waits, -cost[unit[i]], first[unit[i]], i))]
 
 
 def controller_setup(config) -> None:

@@ -95,6 +95,7 @@ def test_a_huge_message_is_refused_as_it_arrives():
     assert seconds < 120, seconds
 
 
+@pytest.mark.waits
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the wake-up, raised in __del__
 def test_a_grader_stuck_in_zmq_ctx_term_ends_at_the_notebook_bound(monkeypatch):
     """While a cell runs, the garbage collector finalizes a zmq context whose socket is still open (in a reference
@@ -135,6 +136,7 @@ def test_a_grader_stuck_in_zmq_ctx_term_ends_at_the_notebook_bound(monkeypatch):
     assert signal.getsignal(nbgrader_plugin._WAKE) in (signal.SIG_DFL, None, signal.SIG_IGN)
 
 
+@pytest.mark.waits
 def test_a_notebook_past_its_bound_stops_alone_and_everything_it_made_is_ended():
     """A cell that ignores the interrupt and never ends, under a cell time-out longer than the notebook's bound: the
     notebook stops at its bound with a message; every zmq context the run made is closed (none is left for the
@@ -202,6 +204,7 @@ def _no_leftover_gc_state():
 
 # ---- the whole run's bound, under both graders
 
+@pytest.mark.waits
 def test_plain_nbgrader_run_stops_at_its_bound():
     """In the nbgrader command, ResilientExecute.run_timeout bounds the whole process: past it the notebook being
     run is stopped and the run ends as on Ctrl-C (KeyboardInterrupt, which nbgrader handles: what was graded stays)."""

@@ -1,0 +1,21 @@
+"""make test's order on a worker (tests/scheduling.py): longest group first, tests that mostly wait before all."""
+import json
+
+import scheduling
+
+
+class Item:
+    def __init__(self, nodeid: str, waits: bool = False):
+        self.nodeid, self.waits = nodeid, waits
+
+    def get_closest_marker(self, name: str):
+        return object() if name == "waits" and self.waits else None
+
+
+def test_groups_go_longest_first_and_waiting_tests_before_all(tmp_path, monkeypatch):
+    durations = tmp_path / "durations.json"
+    durations.write_text(json.dumps({"t::a1": 50, "t::a2": 60, "t::b": 100, "t::short": 2, "t::wait": 40}))
+    monkeypatch.setattr(scheduling, "DURATIONS", durations)
+    items = [Item("t::short"), Item("t::a1"), Item("t::b"), Item("t::wait", waits=True), Item("t::a2")]
+    names = {0: None, 1: "A", 2: None, 3: None, 4: "A"}  # a1 and a2 share a class fixture: one unit of 110 s
+    assert [i.nodeid for i in scheduling.order(items, names)] == ["t::wait", "t::a1", "t::a2", "t::b", "t::short"]
