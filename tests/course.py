@@ -54,8 +54,9 @@ def scale_down(notebook: Path, assignment: str) -> None:
     notebook.write_text(text)
 
 
-def nbgrader(*args: str, cwd: Path, check: bool = True, timeout: float = 3000) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+def nbgrader(*args: str, cwd: Path, check: bool = True, timeout: float = 3000,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ if env is None else env, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("TRITONCOURSE_SEED", None)
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -102,7 +103,13 @@ class Course:
             nbformat.write(nb, target)
 
     def autograde(self, assignment: str, *flags: str, check: bool = False) -> subprocess.CompletedProcess:
-        return nbgrader("autograde", assignment, "--force", *flags, cwd=self.path, check=check)
+        """Plain ``nbgrader autograde`` of the course. Its judges are forked by this test process's shared judge
+        zygote (tritoncourse/grading/zygote_server.py, as `course grade` shares one among its gradings): the
+        nbgrader runs of one pytest worker (test_grading's shards of every phase) start one, not one each."""
+        from tritoncourse.grading.zygote_server import shared_judge_env
+
+        return nbgrader("autograde", assignment, "--force", *flags, cwd=self.path, check=check,
+                        env=shared_judge_env(os.environ))
 
     def scores(self, assignment: str, student: str) -> dict[str, float]:
         """Each autograded test's score, by grade_id, from the gradebook."""
