@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
-SHARED_JUDGE_ENV = "TRITONCOURSE_JUDGE_ZYGOTE"  # zygote_server.ENV: the socket of a shared judge zygote
+SHARED_JUDGE_ENV = "TRITONCOURSE_JUDGE_ZYGOTE"  # the socket of a shared judge zygote (zygote_server.py sets it)
 
 
 class _Zygote:

@@ -29,8 +29,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-ZYGOTE = Path(__file__).with_name("zygote.py")
-ENV = "TRITONCOURSE_JUDGE_ZYGOTE"  # the socket of the shared judge zygote, set for private gradings
+from .zygote_client import SHARED_JUDGE_ENV as ENV  # the socket of the shared judge zygote, set for private gradings
+from .zygote_client import ZYGOTE
 OPT_OUT_ENV = "TRITONCOURSE_SHARED_JUDGE"  # "0": each private grading starts its own judge zygote, as before
 
 
