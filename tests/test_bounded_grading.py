@@ -136,6 +136,26 @@ def test_a_grader_stuck_in_zmq_ctx_term_ends_at_the_notebook_bound(monkeypatch):
     assert signal.getsignal(nbgrader_plugin._WAKE) in (signal.SIG_DFL, None, signal.SIG_IGN)
 
 
+def test_a_cell_whose_reply_arrives_after_the_bound_still_stops_the_notebook_there(monkeypatch):
+    """The bound passes while a cell's reply is already queued (the kernel answered before the watchdog's kill):
+    nbclient then ends that cell normally. The notebook still stops at that cell with its bound named, and no later
+    cell runs (before, the next cell met the dead kernel and got the message: seen in CI on 2026-11-26)."""
+    real_output = ResilientExecute.output
+
+    def output(self, outs, msg, display_id, cell_index):
+        if cell_index == 1:
+            self._watchdog.expired = "time"  # as the watchdog marks it; the kernel is left alive to answer
+        return real_output(self, outs, msg, display_id, cell_index)
+
+    monkeypatch.setattr(ResilientExecute, "output", output)
+    ex, nb, resources, seconds = _run(_notebook("print('before')", "print('a cell with output')",
+                                                "print('later cell')"), notebook_timeout=600)
+    assert "before" in _outputs(nb.cells[0]) and "NotebookTimeout" not in _outputs(nb.cells[0])
+    assert "NotebookTimeout" in _outputs(nb.cells[1]) and "longer than 600 s" in _outputs(nb.cells[1])
+    assert nb.cells[2].outputs == []
+    assert resources["tritoncourse"]["kernel_died_at"] == 1
+
+
 @pytest.mark.waits
 def test_a_notebook_past_its_bound_stops_alone_and_everything_it_made_is_ended():
     """A cell that ignores the interrupt and never ends, under a cell time-out longer than the notebook's bound: the
