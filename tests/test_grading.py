@@ -1,7 +1,7 @@
-"""Real `nbgrader autograde` on every phase: the six standard learners (reference, untouched release, filled
-release, deleted tests, edited tests, a broken file) and one fixture of tests/submissions/<assignment>/ per
-failure class (NBGRADER_FIXTURES: a correct kernel written differently, wrong values, a crash or stray access, a
-refused definition, and in phase 1 the notebook-level cheats and an endless loop).
+"""Real `nbgrader autograde` on every phase: the four standard learners (the reference, the untouched release
+with its tests edited, the filled release with its tests deleted, a broken file) and one fixture of
+tests/submissions/<assignment>/ per failure class (NBGRADER_FIXTURES: a correct kernel written differently, wrong
+values, a crash or stray access, a refused definition, and in phase 1 the notebook-level cheats and an endless loop).
 
 Every fixture's verdict is proved below this, in tests/test_verdicts.py, through the grader's own judge and
 sandboxed runner without nbgrader; here nbgrader's part is proved (restored tests, scores, feedback).
@@ -40,7 +40,7 @@ ENDLESS_SCALED = DEVICE == "cpu" and not _GIVEN
 ENDLESS_FLAGS = FLAGS if not ENDLESS_SCALED else tuple(f"{key}={value}" for key, value in {
     **_FLAGS, "--IsolatedKernelTests.timeout_factor": str(TIMEOUT_FACTOR),
     "--ResilientExecute.timeout": str(CELL_TIMEOUT)}.items())
-# TRITONCOURSE_GRADING_FIXTURES=name,name grades only those fixtures (and the six standard learners): a GPU run
+# TRITONCOURSE_GRADING_FIXTURES=name,name grades only those fixtures (and the four standard learners): a GPU run
 # with little device time picks the submissions that matter; =all grades every fixture; unset, NBGRADER_FIXTURES.
 _ONLY = os.environ.get("TRITONCOURSE_GRADING_FIXTURES", "")
 ONLY = {name for name in _ONLY.split(",") if name and _ONLY != "all"}
@@ -51,11 +51,11 @@ def chosen(assignment: str, name: str) -> bool:
     if _ONLY == "all":
         return True
     return name in ONLY if ONLY else name in NBGRADER_FIXTURES.get(assignment, set())
-# TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners (their tests are skipped, saying so): a GPU
+# TRITONCOURSE_GRADING_STANDARD=0 leaves out the four standard learners (their tests are skipped, saying so): a GPU
 # run that has already graded them spends its time on fixtures alone.
 STANDARD = os.environ.get("TRITONCOURSE_GRADING_STANDARD", "1") != "0"
 
-needs_standard = pytest.mark.skipif(not STANDARD, reason="TRITONCOURSE_GRADING_STANDARD=0: the six standard "
+needs_standard = pytest.mark.skipif(not STANDARD, reason="TRITONCOURSE_GRADING_STANDARD=0: the four standard "
                                                          "learners are not graded in this run")
 
 
@@ -85,23 +85,23 @@ class Graded:
 
 
 def submit_standard(submit, course: Course, assignment: str, release, source):
-    """The six standard learners: the reference, the untouched release, the filled release, tests deleted, tests
-    edited, and a file that is not a notebook."""
+    """The four standard learners: the reference; the untouched release with every test cell replaced by `pass`;
+    the release's stubs filled with the reference's code and every test cell deleted; a file that is not a notebook.
+
+    Each of the two middle ones carries two proofs that fail apart (one grading each instead of two): restored edited
+    tests and an empty kernel's zero (an edit that survived would score its points); restored deleted tests and a
+    release whose stubs can be filled in place (a test left unrestored, or a stub that breaks, loses points)."""
     submit("reference", source)
-    submit("untouched", release)
-    # A learner who replaced each `# YOUR CODE HERE` stub of the release with the reference's code.
-    submit("filled_release", fill_solution_regions(release, source))
-    # Learners who deleted every test cell, or replaced their code with `pass`.
-    deleted = source.copy()
-    deleted.cells = [c for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") is not True
-                     or c.metadata.nbgrader.get("solution")]
-    submit("tests_deleted", deleted)
-    edited = course.release_notebook(assignment)
-    for c in edited.cells:
+    untouched = course.release_notebook(assignment)
+    for c in untouched.cells:
         if c.get("metadata", {}).get("nbgrader", {}).get("locked") and c.cell_type == "code" \
                 and c.metadata.nbgrader.get("grade"):
             c.source = "pass"
-    submit("tests_edited", edited)
+    submit("untouched_tests_edited", untouched)
+    filled = fill_solution_regions(release, source)
+    filled.cells = [c for c in filled.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") is not True
+                    or c.metadata.nbgrader.get("solution")]
+    submit("filled_release_tests_deleted", filled)
     submit("not_json", "{ this is not a notebook")
 
 
@@ -157,32 +157,23 @@ def test_reference_gets_full_marks(graded, assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_filled_release_gets_full_marks(graded, assignment):
     """Does a learner who fills only the release's stubs (with the reference's code) score every autograded
-    point? Catches stubs that cannot be filled in place (a cell that then fails to parse, a name left undefined)."""
+    point, with the test cells they deleted restored and graded? Catches stubs that cannot be filled in place (a
+    cell that then fails to parse, a name left undefined) and a deleted test that is not restored."""
     g = graded(assignment)
-    scores = g.scores("filled_release")
+    scores = g.scores("filled_release_tests_deleted")
     lost = {t: scores.get(t) for t in g.tests if not scores.get(t)}
-    assert not lost, f"the filled release lost points: {lost}\n" + "\n".join(g.feedback("filled_release").get(t, "")
-                                                                            for t in lost)
+    assert not lost, (f"the filled release (its test cells deleted) lost points: {lost}\n"
+                      + "\n".join(g.feedback("filled_release_tests_deleted").get(t, "") for t in lost))
 
 
 @needs_standard
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_untouched_release_scores_zero(graded, assignment):
-    """Does the untouched release score 0 on every kernel test?"""
+def test_untouched_release_scores_zero_and_edited_tests_are_restored(graded, assignment):
+    """Does the untouched release score 0 on every kernel test, its test cells replaced by `pass` (an edit that
+    survived the restore would score that test's points)?"""
     g = graded(assignment)
-    scores = g.scores("untouched")
+    scores = g.scores("untouched_tests_edited")
     assert all(scores[t] == 0 for t in g.kernel_tests), scores
-
-
-@needs_standard
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_deleted_or_edited_tests_are_restored(graded, assignment):
-    """Are deleted test cells restored and graded, and edited ones restored (the edit gains nothing)?"""
-    g = graded(assignment)
-    restored = g.scores("tests_deleted")
-    assert all(restored.get(t) and restored[t] > 0 for t in g.tests), restored
-    edited = g.scores("tests_edited")  # the release's stubs, with every test cell replaced by `pass`
-    assert all(edited[t] == 0 for t in g.kernel_tests), edited
 
 
 @needs_standard
