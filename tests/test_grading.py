@@ -65,8 +65,12 @@ def _kernel_tests(nb) -> list[str]:
             and not c.metadata.nbgrader.get("solution") and c.source.lstrip().startswith("%%kernel_test")]
 
 
-# Submissions are split over a few course copies (each its own gradebook) graded at the same time.
-SHARDS = int(os.environ.get("TRITONCOURSE_GRADING_SHARDS", 0)) or max(2, min(4, os.cpu_count() or 1))
+# Submissions are split over a few course copies (each its own gradebook) graded at the same time: one a core this
+# pytest process has (the cores over pytest-xdist's workers), up to 4. On CI's 2 cores under `make test` (two workers)
+# one: a second copy there bought no speed (the other worker keeps the other core busy) and cost its course's
+# generation and an nbgrader process (~4 s of CPU a phase).
+_CORES = (os.cpu_count() or 1) // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+SHARDS = int(os.environ.get("TRITONCOURSE_GRADING_SHARDS", 0)) or max(1, min(4, _CORES))
 
 
 class Graded:
