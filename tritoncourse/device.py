@@ -46,6 +46,7 @@ def setup_device() -> str:
         np.seterr(all="ignore")
         warnings.filterwarnings("ignore", category=RuntimeWarning)
         _skip_discarded_overflow_checks()
+        _list_language_builtins_once()
     return device
 
 
@@ -72,6 +73,53 @@ def _skip_discarded_overflow_checks() -> None:
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
     except (TypeError, ValueError):
         pass
+
+
+def _list_language_builtins_once() -> None:
+    """Spare the interpreter a search it repeats on every launch and every call of a ``@triton.jit`` helper.
+
+    Before each launch, and again inside each call of a jitted helper from a kernel, Triton's interpreter (3.6)
+    looks for the builtins of ``triton.language`` (and of ``tl.tensor``, ``tl.math``, ``tensor_descriptor_base``)
+    to wrap them: ``inspect.getmembers`` over each (``dir``, a ``getattr`` of every name, a sort), hundreds of names,
+    four times a call. A kernel whose loop calls a helper pays it in every program at every step: about a third of
+    the CPU of phase 6's attention checks (0.84 -> 0.55 s, 2026-11-26); each phase's kernel tests as grading runs
+    them (the source's, one at a time in the sandbox): phase 6 5.5 -> 4.5 s, phase 2 3.0 -> 2.4 s, phase 5 3.0 -> 2.5 s,
+    phases 1 and 3 6% less, phase 4 the same. The names of those builtins are listed once
+    per module or class, at its first search; each search then looks up only those names and wraps the ones that
+    are builtins now, as before (inside a launch, already wrapped, they are left alone, as before). What a kernel
+    computes, raises or leaves patched after a launch is unchanged (tests/test_device.py). Code that adds a new
+    builtin to ``triton.language`` after the first launch would not see it wrapped (no kernel of the course does).
+    """
+    try:
+        import inspect
+
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except Exception:  # another Triton: leave it as it is
+        return
+    original = getattr(interpreter, "_patch_builtin", None)
+    patch_attr = getattr(interpreter, "_patch_attr", None)
+    is_builtin = getattr(getattr(tl, "core", None), "is_builtin", None)
+    if original is None or patch_attr is None or is_builtin is None or getattr(original, "_tritoncourse", False):
+        return
+    try:
+        if list(inspect.signature(original).parameters) != ["pkg", "builder", "scope"]:
+            return
+    except (TypeError, ValueError):
+        return
+    names: dict[int, tuple[object, list[str]]] = {}
+
+    def _patch_builtin(pkg, builder, scope):
+        known = names.get(id(pkg))
+        if known is None or known[0] is not pkg:
+            known = names[id(pkg)] = (pkg, [name for name, member in inspect.getmembers(pkg) if is_builtin(member)])
+        for name in known[1]:
+            member = getattr(pkg, name, None)
+            if is_builtin(member):
+                patch_attr(pkg, name, member, builder, scope)
+
+    _patch_builtin._tritoncourse = True
+    interpreter._patch_builtin = _patch_builtin
 
 
 def gpu_name() -> str | None:
