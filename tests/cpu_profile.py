@@ -3,8 +3,9 @@
 Opt-in: `TRITONCOURSE_CPU_PROFILE=/path/profile.jsonl make test`. Each line: the test, its phase (setup, call,
 teardown), wall seconds, the machine's busy CPU seconds over that time (/proc/stat: every process, daemons and
 sandboxes included, so it is exact only on an otherwise quiet machine), and this process's own and reaped
-children's CPU seconds. A phase whose busy CPU is far below wall x cores waits (limits, sleeps, servers); one near
-it is CPU-bound, and only cheaper work shortens it.
+children's CPU seconds, when the phase started (time.time()) and on which pytest-xdist worker. A phase whose busy
+CPU is far below wall x cores waits (limits, sleeps, servers); one near it is CPU-bound, and only cheaper work
+shortens it.
 """
 import json
 import os
@@ -45,6 +46,7 @@ class CpuProfile:
         yield from self._measure(item, "teardown")
 
     def _measure(self, item, phase):
+        started = time.time()
         before = _sample()
         yield
         after = _sample()
@@ -52,7 +54,8 @@ class CpuProfile:
         if wall >= 0.5:
             self.out.write(json.dumps({"test": item.nodeid, "phase": phase, "wall": round(wall, 2),
                                        "busy_cpu": round(busy, 2), "own_cpu": round(own, 2),
-                                       "children_cpu": round(children, 2)}) + "\n")
+                                       "children_cpu": round(children, 2), "start": round(started, 1),
+                                       "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n")
 
 
 def register(config):

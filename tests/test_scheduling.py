@@ -19,3 +19,10 @@ def test_groups_go_longest_first_and_waiting_tests_before_all(tmp_path, monkeypa
     items = [Item("t::short"), Item("t::a1"), Item("t::b"), Item("t::wait", waits=True), Item("t::a2")]
     names = {0: None, 1: "A", 2: None, 3: None, 4: "A"}  # a1 and a2 share a class fixture: one unit of 110 s
     assert [i.nodeid for i in scheduling.order(items, names)] == ["t::wait", "t::a1", "t::a2", "t::b", "t::short"]
+
+
+def test_waiting_tests_share_one_unit_so_one_worker_waits_while_the_others_grade():
+    items = [Item("t::w1", waits=True), Item("t::grading"), Item("t::w2", waits=True), Item("t::w3", waits=True)]
+    names = scheduling.waits_together(items, {0: None, 1: "G", 2: None, 3: "H"})  # w3 shares a module fixture
+    assert names == {0: scheduling.WAITS_UNIT, 1: "G", 2: scheduling.WAITS_UNIT, 3: "H"}
+    assert [i.nodeid for i in scheduling.order(items, names)][:2] == ["t::w1", "t::w2"]
