@@ -1,5 +1,5 @@
-"""Real `nbgrader autograde` on every phase: the four standard learners (the reference, the untouched release
-with its tests edited, the filled release with its tests deleted, a broken file) and one fixture of
+"""Real `nbgrader autograde` on every phase: the three standard learners (the reference handed in as the filled
+release with its tests deleted, the untouched release with its tests edited, a broken file) and one fixture of
 tests/submissions/<assignment>/ per failure class (NBGRADER_FIXTURES: a correct kernel written differently, wrong
 values, a crash or stray access, a refused definition, and in phase 1 the notebook-level cheats and an endless loop).
 
@@ -40,7 +40,7 @@ ENDLESS_SCALED = DEVICE == "cpu" and not _GIVEN
 ENDLESS_FLAGS = FLAGS if not ENDLESS_SCALED else tuple(f"{key}={value}" for key, value in {
     **_FLAGS, "--IsolatedKernelTests.timeout_factor": str(TIMEOUT_FACTOR),
     "--ResilientExecute.timeout": str(CELL_TIMEOUT)}.items())
-# TRITONCOURSE_GRADING_FIXTURES=name,name grades only those fixtures (and the four standard learners): a GPU run
+# TRITONCOURSE_GRADING_FIXTURES=name,name grades only those fixtures (and the three standard learners): a GPU run
 # with little device time picks the submissions that matter; =all grades every fixture; unset, NBGRADER_FIXTURES.
 _ONLY = os.environ.get("TRITONCOURSE_GRADING_FIXTURES", "")
 ONLY = {name for name in _ONLY.split(",") if name and _ONLY != "all"}
@@ -51,11 +51,11 @@ def chosen(assignment: str, name: str) -> bool:
     if _ONLY == "all":
         return True
     return name in ONLY if ONLY else name in NBGRADER_FIXTURES.get(assignment, set())
-# TRITONCOURSE_GRADING_STANDARD=0 leaves out the four standard learners (their tests are skipped, saying so): a GPU
+# TRITONCOURSE_GRADING_STANDARD=0 leaves out the three standard learners (their tests are skipped, saying so): a GPU
 # run that has already graded them spends its time on fixtures alone.
 STANDARD = os.environ.get("TRITONCOURSE_GRADING_STANDARD", "1") != "0"
 
-needs_standard = pytest.mark.skipif(not STANDARD, reason="TRITONCOURSE_GRADING_STANDARD=0: the four standard "
+needs_standard = pytest.mark.skipif(not STANDARD, reason="TRITONCOURSE_GRADING_STANDARD=0: the three standard "
                                                          "learners are not graded in this run")
 
 
@@ -89,13 +89,15 @@ class Graded:
 
 
 def submit_standard(submit, course: Course, assignment: str, release, source):
-    """The four standard learners: the reference; the untouched release with every test cell replaced by `pass`;
-    the release's stubs filled with the reference's code and every test cell deleted; a file that is not a notebook.
+    """The three standard learners: the instructor's solution as a learner hands it in (the release's stubs filled
+    with the source's solution regions) with every test cell deleted; the untouched release with every test cell
+    replaced by `pass`; a file that is not a notebook.
 
-    Each of the two middle ones carries two proofs that fail apart (one grading each instead of two): restored edited
-    tests and an empty kernel's zero (an edit that survived would score its points); restored deleted tests and a
-    release whose stubs can be filled in place (a test left unrestored, or a stub that breaks, loses points)."""
-    submit("reference", source)
+    Each of the first two carries proofs that still fail apart: full marks for the reference's kernels, for a
+    release whose stubs can be filled in place, and for deleted tests restored and graded (a failing kernel, a stub
+    that breaks or a test left unrestored loses points); an empty kernel's zero and edited tests restored (an edit
+    that survived would score its points). The source notebook itself is not handed in: its kernels and every cell
+    around them are the filled release's (tests/README.md)."""
     untouched = course.release_notebook(assignment)
     for c in untouched.cells:
         if c.get("metadata", {}).get("nbgrader", {}).get("locked") and c.cell_type == "code" \
@@ -105,8 +107,12 @@ def submit_standard(submit, course: Course, assignment: str, release, source):
     filled = fill_solution_regions(release, source)
     filled.cells = [c for c in filled.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") is not True
                     or c.metadata.nbgrader.get("solution")]
-    submit("filled_release_tests_deleted", filled)
+    submit(REFERENCE, filled)
     submit("not_json", "{ this is not a notebook")
+
+
+# The instructor's solution as a learner hands it in (see submit_standard).
+REFERENCE = "filled_release_tests_deleted"
 
 
 _cache: dict[str, Graded] = {}
@@ -149,25 +155,15 @@ def graded(tmp_path_factory):
 @needs_standard
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_reference_gets_full_marks(graded, assignment):
-    """Does the instructor's own solution score every autograded point?"""
+    """Does the instructor's own solution, as a learner hands it in (the release's stubs filled with it, every test
+    cell deleted), score every autograded point? Catches a reference kernel that fails its tests, stubs that cannot be
+    filled in place (a cell that then fails to parse, a name left undefined) and a deleted test that is not restored."""
     g = graded(assignment)
-    scores = g.scores("reference")
     assert g.kernel_tests, "the notebook has no %%kernel_test cells"
-    missing = {t: s for t, s in scores.items() if t in g.tests and s == 0}
-    assert not missing, f"reference lost points: {missing}\n{g.feedback('reference')}"
-
-
-@needs_standard
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_filled_release_gets_full_marks(graded, assignment):
-    """Does a learner who fills only the release's stubs (with the reference's code) score every autograded
-    point, with the test cells they deleted restored and graded? Catches stubs that cannot be filled in place (a
-    cell that then fails to parse, a name left undefined) and a deleted test that is not restored."""
-    g = graded(assignment)
-    scores = g.scores("filled_release_tests_deleted")
+    scores = g.scores(REFERENCE)
     lost = {t: scores.get(t) for t in g.tests if not scores.get(t)}
-    assert not lost, (f"the filled release (its test cells deleted) lost points: {lost}\n"
-                      + "\n".join(g.feedback("filled_release_tests_deleted").get(t, "") for t in lost))
+    assert not lost, (f"the reference, handed in as the filled release with its test cells deleted, lost points: "
+                      f"{lost}\n" + "\n".join(g.feedback(REFERENCE).get(t, "") for t in lost))
 
 
 @needs_standard
@@ -186,7 +182,7 @@ def test_a_broken_submission_does_not_stop_the_others(graded, assignment):
     """A file that is not a notebook fails alone; every other learner is graded."""
     g = graded(assignment)
     assert "not_json" in g.log
-    assert g.scores("reference")
+    assert g.scores(REFERENCE)
 
 
 def _fixture_params():

@@ -1,6 +1,6 @@
 """What a learner meets in the released notebooks: every code cell parses, and a learner who fills only the
 stubs the release leaves (the `# YOUR CODE HERE` lines) with the reference's code has a notebook that runs
-(the full-marks check of that notebook is in test_grading.py: test_filled_release_gets_full_marks)."""
+(the full-marks check of that notebook is in test_grading.py: test_reference_gets_full_marks)."""
 from __future__ import annotations
 
 import ast
