@@ -11,13 +11,17 @@ from conftest import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter's options: CPU only")
 
-SCRIPT = textwrap.dedent("""
+# Run with "course" (the course's set-up, tritoncourse.device.setup_device) or "plain" (Triton's interpreter as it is).
+SET_UP = textwrap.dedent("""
     import os, sys
     if sys.argv[1] == "course":
         from tritoncourse.device import setup_device
         setup_device()
     else:
         os.environ["TRITON_INTERPRET"] = "1"
+""")
+
+SCRIPT = SET_UP + textwrap.dedent("""
     import torch, triton, triton.language as tl
     from triton.runtime.interpreter import interpreter_builder
 
@@ -34,13 +38,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(mode: str, **env) -> str:
-    import os
-
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, **env))
+def _run(mode: str, script: str = SCRIPT, fields: int = -1) -> list[str]:
+    """The script's printed line, split in words (at most ``fields`` + 1 of them)."""
+    proc = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.split()
+    return proc.stdout.split(maxsplit=fields)
 
 
 def test_the_interpreter_computes_the_same_without_the_discarded_overflow_checks():
@@ -51,13 +53,7 @@ def test_the_interpreter_computes_the_same_without_the_discarded_overflow_checks
     assert plain[1:] == course[1:], (plain, course)
 
 
-HELPER_SCRIPT = textwrap.dedent("""
-    import os, sys
-    if sys.argv[1] == "course":
-        from tritoncourse.device import setup_device
-        setup_device()
-    else:
-        os.environ["TRITON_INTERPRET"] = "1"
+HELPER_SCRIPT = SET_UP + textwrap.dedent("""
     import inspect
     import torch, triton, triton.language as tl
     from triton.runtime import interpreter
@@ -95,18 +91,9 @@ def test_the_interpreter_computes_the_same_with_the_builtins_listed_once():
     """A kernel that calls a jitted helper in a loop computes bit for bit what it computes under Triton's own
     patching, and every builtin of triton.language is back in place after the launches; the course's set-up lists
     the builtins once (device.py's _list_language_builtins_once)."""
-    plain = _run_script(HELPER_SCRIPT, "plain")
-    course = _run_script(HELPER_SCRIPT, "course")
+    plain, course = _run("plain", HELPER_SCRIPT, 3), _run("course", HELPER_SCRIPT, 3)
     assert plain[0] == "False" and course[0] == "True", (plain, course)
     assert plain[1] == course[1] == "True", (plain, course)  # nothing left patched
     assert int(course[2]) > 100, course
     assert plain[2:] == course[2:], (plain, course)
 
-
-def _run_script(script: str, mode: str) -> list[str]:
-    import os
-
-    proc = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.split(maxsplit=3)
