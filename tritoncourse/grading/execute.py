@@ -186,12 +186,13 @@ class ResilientExecute(SandboxedKernel, AutogradedFolder, Execute):
                 raise
         finally:
             self._kill_strays()
-        if self._refused_message():  # a message refused while the cell still ended: its outputs are not whole
+        # Stopped from outside while the cell still ended: a message refused (its outputs are not whole), or a bound
+        # that passed after the kernel had answered (nbclient read the reply before the watchdog's kill).
+        stopped = ("the kernel sent a message larger than the grader accepts" if self._refused_message() else
+                   f"the notebook's {self._expired()} bound passed during this cell" if self._expired() else "")
+        if stopped:
             cell.setdefault("outputs", []).append(self._stopped_output())
-            raise DeadKernelError("the kernel sent a message larger than the grader accepts")
-        if self._expired():  # a bound passed while this cell ran, though nbclient read its reply before the kill
-            cell.setdefault("outputs", []).append(self._stopped_output())
-            raise DeadKernelError(f"the notebook's {self._expired()} bound passed during this cell")
+            raise DeadKernelError(stopped)
         if any(o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
             self._stop_if_unresponsive(cell)
         self._running, self._done = None, index
