@@ -7,6 +7,11 @@ outside, the runner in a grading sandbox, forked by a zygote inside it, with gra
 Each fixture must lose exactly its tests, with the failing test's message naming the cause and the seed; each
 correct-but-different kernel must pass every test. Real `nbgrader autograde` of the same files is
 tests/test_grading.py's (one fixture per failure class and the standard learners).
+
+A test is run once per runner code: most fixtures change one kernel of a phase, and every test whose runner would
+get the very code an earlier fixture's passing run of that test got (the same definitions, byte for byte, at the same
+limits) takes that pass instead of running again (``Judged.passed``; the judge and the test's cell are the same, only
+the seed would differ). ``TRITONCOURSE_VERDICT_REUSE=0`` runs every test of every fixture.
 """
 from __future__ import annotations
 
@@ -19,8 +24,8 @@ import pytest
 from conftest import DEVICE
 from course import NBGRADER_FIXTURES, ROOT, SUBMISSIONS, fixtures
 from tritoncourse.grading import sandbox
-from tritoncourse.grading.isolated import _Zygote, is_kernel_test, run_cell
-from tritoncourse.grading.source import kernels_from_notebook
+from tritoncourse.grading.isolated import PROVIDED, _Zygote, is_kernel_test, parse_cell, run_cell
+from tritoncourse.grading.source import assemble, kernels_from_notebook
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Grading's time limits, scaled as test_grading scales them (phase 5's every-config tests take tens of seconds on
@@ -32,6 +37,7 @@ ENDLESS_FACTOR = 0.1 if DEVICE == "cpu" else TIMEOUT_FACTOR  # under compute-san
 WORKERS = max(2, os.cpu_count() or 1) if DEVICE == "cpu" else 2
 # TRITONCOURSE_VERDICT_FIXTURES=name,name judges only those fixtures (a GPU run short of device time).
 ONLY = {n for n in os.environ.get("TRITONCOURSE_VERDICT_FIXTURES", "").split(",") if n}
+REUSE = os.environ.get("TRITONCOURSE_VERDICT_REUSE", "1") != "0"
 
 
 def _notebook(folder: str, assignment: str) -> nbformat.NotebookNode:
@@ -55,18 +61,39 @@ class Judged:
         self.cells = kernel_test_cells(self.source)
         self.box = sandbox.Sandbox(f"verdicts-{assignment}")
         self.zygote = _Zygote(self.box) if DEVICE == "cpu" else None
+        # (test, limit factor, the runner's definitions and their names) -> that test's passing outcome
+        self.passed: dict[tuple, object] = {}
 
     def outcomes(self, nb: nbformat.NotebookNode, factor: float = TIMEOUT_FACTOR) -> dict:
         kernels, plain = kernels_from_notebook(nb)
+        keys = {gid: runner_key(gid, cell, kernels, plain, factor) for gid, cell in self.cells}
+        known = {gid: self.passed[key] for gid, key in keys.items() if REUSE and key in self.passed}
+        todo = [(gid, cell) for gid, cell in self.cells if gid not in known]
         with ThreadPoolExecutor(WORKERS) as pool:
             results = pool.map(lambda cell: run_cell(cell[1], kernels, plain, timeout_factor=factor,
-                                                     sandbox=self.box, zygote=self.zygote), self.cells)
-            return {gid: outcome for (gid, _), outcome in zip(self.cells, results)}
+                                                     sandbox=self.box, zygote=self.zygote), todo)
+            ran = {gid: outcome for (gid, _), outcome in zip(todo, results)}
+        for gid, outcome in ran.items():
+            if outcome.ok and keys[gid] is not None:
+                self.passed[keys[gid]] = outcome
+        return {gid: known.get(gid) or ran[gid] for gid, _ in self.cells}
 
     def close(self) -> None:
         if self.zygote is not None:
             self.zygote.close()
         self.box.close()
+
+
+def runner_key(gid: str, cell: str, kernels, plain, factor: float) -> tuple | None:
+    """What the runner of test ``gid`` gets from this notebook (run_cell's own assembly: the definitions the test
+    uses, in order, and their names) with its limit factor; None where the cell cannot be assembled."""
+    parsed = parse_cell(cell)
+    if parsed is None:
+        return None
+    assembly = assemble(parsed[1], kernels, plain, PROVIDED)
+    if assembly.problems:
+        return None
+    return gid, factor, assembly.source, tuple(assembly.kernels)
 
 
 @pytest.fixture(scope="module")
