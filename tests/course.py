@@ -18,10 +18,9 @@ BIN = Path(sys.executable).parent
 # One fixture per failure class and phase, graded through real nbgrader (tests/test_grading.py); every other fixture's
 # verdict is tests/test_verdicts.py's, through the grader's judge and sandboxed runner.
 NBGRADER_FIXTURES = {
-    # notebook-level cheats and faults (they act on the notebook's run, which only nbgrader does), an endless
-    # loop (the time limit), a crash (the CPU fence), wrong values, a refused definition, a correct variant
-    "01_vector_add": {"wrong_input_transformer", "wrong_monkeypatch", "correct_broken_unrelated_cell",
-                      "wrong_endless_loop", "wrong_segfault", "wrong_shifted_offsets", "wrong_python_function",
+    # notebook-level cheats (they act on the notebook's run, which only nbgrader does), wrong values, a refused
+    # definition, a correct variant; phase 1's other failure classes are CLASS_FIXTURES
+    "01_vector_add": {"wrong_input_transformer", "wrong_shifted_offsets", "wrong_python_function",
                       "correct_helper_and_int64"},
     "02_softmax": {"correct_jit_helpers", "wrong_no_max_subtraction", "wrong_unmasked_load_masked_store",
                    "wrong_torch_in_kernel"},
@@ -33,6 +32,20 @@ NBGRADER_FIXTURES = {
     "06_fused_attention": {"correct_single_loop", "wrong_no_rescale", "wrong_unmasked_key_load",
                            "wrong_wrapper_calls_sdpa"},
 }
+
+# Phase 1's fixtures that the classroom's class grades through real nbgrader (tests/baseline.py's build_class: plain
+# serial `nbgrader autograde` in the session's baseline, but the endless loop, and `course grade`, whose private
+# gradings are plain `nbgrader autograde` too): a cheat that monkeypatches the notebook, a broken unrelated cell,
+# an endless loop (the time limits), a crash (the CPU fence). tests/test_classroom.py asks each for exactly its
+# fixture's lost tests and, in its feedback, the cause and the seed; neither test_grading nor test_verdicts grades
+# them again.
+CLASS_FIXTURES = {"01_vector_add": {"wrong_monkeypatch", "correct_broken_unrelated_cell", "wrong_endless_loop",
+                                    "wrong_segfault"}}
+
+
+def graded_through_nbgrader(assignment: str) -> set[str]:
+    """The fixtures of ``assignment`` that real nbgrader grades in `make test` (test_grading's, the class's)."""
+    return NBGRADER_FIXTURES.get(assignment, set()) | CLASS_FIXTURES.get(assignment, set())
 
 
 # Phase 1 with its largest sizes scaled down, for the tests that grade phase 1 to prove a workflow rather than to

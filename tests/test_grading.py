@@ -1,7 +1,9 @@
 """Real `nbgrader autograde` on every phase: the three standard learners (the reference handed in as the filled
 release with its tests deleted, the untouched release with its tests edited, a broken file) and one fixture of
 tests/submissions/<assignment>/ per failure class (NBGRADER_FIXTURES: a correct kernel written differently, wrong
-values, a crash or stray access, a refused definition, and in phase 1 the notebook-level cheats and an endless loop).
+values, a crash or stray access, a refused definition, and in phase 1 a notebook-level cheat; phase 1's crash, endless
+loop, monkeypatching and broken unrelated cell are graded through nbgrader in tests/test_classroom.py's class,
+CLASS_FIXTURES).
 
 Every fixture's verdict is proved below this, in tests/test_verdicts.py, through the grader's own judge and
 sandboxed runner without nbgrader; here nbgrader's part is proved (restored tests, scores, feedback).
@@ -19,7 +21,7 @@ import pytest
 
 from conftest import DEVICE
 from baseline import CELL_TIMEOUT, TIMEOUT_FACTOR
-from course import (NBGRADER_FIXTURES, SCALED_DOWN, SUBMISSIONS, Course, fill_solution_regions, fixtures,
+from course import (CLASS_FIXTURES, NBGRADER_FIXTURES, SCALED_DOWN, SUBMISSIONS, Course, fill_solution_regions, fixtures,
                     graded_test_ids)
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
@@ -190,8 +192,9 @@ def _fixture_params():
 
 
 def test_every_chosen_fixture_exists():
-    """NBGRADER_FIXTURES names real fixtures (a renamed file must not silently drop out of nbgrader's tier)."""
-    for assignment, names in NBGRADER_FIXTURES.items():
+    """NBGRADER_FIXTURES and CLASS_FIXTURES name real fixtures (a renamed file must not silently drop out of
+    nbgrader's tier)."""
+    for assignment, names in [*NBGRADER_FIXTURES.items(), *CLASS_FIXTURES.items()]:
         missing = names - {fx.name for fx in fixtures(assignment)}
         assert not missing, f"{assignment}: no such fixtures {missing}"
 

@@ -1,5 +1,6 @@
 """Every wrong and correct kernel of tests/submissions/ judged as grading judges it, without nbgrader (those that
-tests/test_grading.py grades through real nbgrader, NBGRADER_FIXTURES, are judged there instead).
+real nbgrader grades in tests/test_grading.py, NBGRADER_FIXTURES, or in the classroom's class, CLASS_FIXTURES, are
+judged there instead).
 
 The bottom of the test pyramid (tests/README.md): for each fixture, every ``%%kernel_test`` cell of the source
 notebook (hidden cases included) runs through the grader's own path, :func:`isolated.run_cell`: the judge
@@ -22,7 +23,7 @@ import nbformat
 import pytest
 
 from conftest import DEVICE
-from course import NBGRADER_FIXTURES, ROOT, SUBMISSIONS, fixtures
+from course import ROOT, SUBMISSIONS, fixtures, graded_through_nbgrader
 from tritoncourse.grading import sandbox
 from tritoncourse.grading.isolated import PROVIDED, _Zygote, is_kernel_test, parse_cell, run_cell
 from tritoncourse.grading.source import assemble, kernels_from_notebook
@@ -112,10 +113,10 @@ def judged():
 
 
 def _params():
-    """Every fixture but those test_grading grades through real nbgrader (the same verdicts, asked of nbgrader's
-    gradebook and feedback there), unless TRITONCOURSE_VERDICT_FIXTURES names them."""
+    """Every fixture but those real nbgrader grades in test_grading or the classroom's class (the same verdicts,
+    asked of nbgrader's gradebook and feedback there), unless TRITONCOURSE_VERDICT_FIXTURES names them."""
     return [pytest.param(a, fx, id=f"{a}/{fx.name}") for a in ASSIGNMENTS for fx in fixtures(a)
-            if (fx.name in ONLY if ONLY else fx.name not in NBGRADER_FIXTURES.get(a, set()))]
+            if (fx.name in ONLY if ONLY else fx.name not in graded_through_nbgrader(a))]
 
 
 @pytest.mark.parametrize("assignment,fixture", _params())
