@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import time
 import urllib.request
 from pathlib import Path
@@ -109,15 +108,11 @@ def test_learner_image_has_the_locks_pins(cpu_image):
 
 
 def _image_files(image: str) -> list[str]:
-    container = run(docker(), "create", image).stdout.strip()
-    try:
-        export = subprocess.Popen([docker(), "export", container], stdout=subprocess.PIPE)
-        with tarfile.open(fileobj=export.stdout, mode="r|") as tar:
-            names = [m.name for m in tar]
-        assert export.wait() == 0
-    finally:
-        run(docker(), "rm", container)
-    return names
+    """Every path of the image's file system, as `find / -xdev` lists it in a container of the image (no network,
+    as root, so nothing is unreadable). The same paths as `docker export` gives but Docker's own (/.dockerenv and
+    the device nodes of /dev), without streaming the ~2.5 GB image through a pipe: 1 s of CPU instead of 15."""
+    proc = run(docker(), "run", "--rm", "--network=none", "--user", "0", "--entrypoint", "find", image, "/", "-xdev")
+    return [line.lstrip("/") for line in proc.stdout.splitlines() if line.strip("/")]
 
 
 def _course_secrets_in(paths: list[str]) -> list[str]:
