@@ -34,7 +34,7 @@ CELL_TIMEOUT = 15
 # The ordinary learners among the troubles (fixtures of tests/submissions/01_vector_add/, each judged in
 # tests/test_verdicts.py or tests/test_grading.py too): right and wrong kernels for the classroom's neighbours, and
 # the Dask, Slurm and container classes' learners.
-ORDINARY = ("correct_other_zero", "correct_pointer_blocks", "wrong_no_mask", "wrong_compile_error")
+ORDINARY = ("correct_other_zero", "wrong_no_mask", "wrong_compile_error")
 
 
 def env(frozen: Path | None = None, **extra) -> dict:
@@ -130,14 +130,14 @@ def build_class(c: Course) -> list[Learner]:
     fixture_learner("wrong_syntax_error", "syntax_error_kernel", "the kernel cell has a syntax error")
     fixture_learner("correct_broken_unrelated_cell", "syntax_error_elsewhere",
                     "a syntax error in another cell (the kernel is right)")
-    deleted = copy.deepcopy(source)
-    deleted.cells = [cell for cell in deleted.cells if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                     not in tests]
-    learners.append(Learner("tests_deleted", "every test cell deleted", deleted))
-    edited = copy.deepcopy(source)
-    for gid in tests:
-        edited.cells[ids(edited)[gid]].source = "%%kernel_test\npass"
-    learners.append(Learner("tests_edited", "every test cell replaced by `pass`", edited))
+    # Half the test cells deleted, the other half replaced by `pass`: both restored from the gradebook, and graded.
+    restored = copy.deepcopy(source)
+    for gid in tests[1::2]:
+        restored.cells[ids(restored)[gid]].source = "%%kernel_test\npass"
+    restored.cells = [cell for cell in restored.cells
+                      if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") not in tests[::2]]
+    learners.append(Learner("tests_deleted_and_edited", "every other test cell deleted, the rest replaced by `pass`",
+                            restored))
     flags = copy.deepcopy(source)
     for edit in ("points raised", "test made ungraded", "test made a solution", "test unlocked",
                  "kernel cell made a 50-point test"):
@@ -156,7 +156,7 @@ def build_class(c: Course) -> list[Learner]:
     learners.append(Learner("kills_python", "a cell kills the notebook's Python process (SIGKILL)", killer,
                             retake=True))
     fixture_learner("wrong_segfault", "segfault_kernel", "the kernel segfaults the notebook's process "
-                    "(reads far outside its tensors)").retake = True
+                    "(reads far outside its tensors)")
     endless = fixture_learner("wrong_endless_loop", "endless_kernel", "the kernel never ends (in the notebook "
                               "and in the tests)")
     endless.retake = True

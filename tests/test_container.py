@@ -347,7 +347,7 @@ def _instructor_course(dest: Path) -> Path:
 # A small class, graded two at a time: a correct learner, and one whose kernel forgets the mask (its stray
 # read crashes the check in the sandbox, and its notebook's kernel dies: it loses only those tests). Learners of the
 # session's serial baseline (tests/baseline.py), handing in the very files it graded.
-CLASS = ("correct_pointer_blocks", "wrong_no_mask")
+CLASS = ("correct_other_zero", "wrong_no_mask")
 
 
 def test_instructor_image_grades_a_class_sandboxed(instructor_image, serial_baseline, tmp_path):

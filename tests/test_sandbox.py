@@ -9,7 +9,8 @@ The hostile suite: every learner of tests/hostile/01_vector_add/ (patches the co
 reads the hidden tests, calls the grader's machine, fork bomb, memory hog, memory in memfds and in a tmpfs of its
 own, disk filler, unlinked files, kills its parents, symlinks and ../ names) is graded, between two correct
 learners, once by plain `nbgrader autograde` and once by `python -m tritoncourse grade`, each in a course copy
-of its own (with its own copy of the package, so that nothing here can touch this checkout). Then: each loses only
+of its own (those the lint refuses by plain nbgrader only, those the sandbox's kernel-enforced bounds contain by
+`course grade` only: KERNEL_BOUNDED) (with its own copy of the package, so that nothing here can touch this checkout). Then: each loses only
 its own points, the course is unchanged, no output shows a hidden test or another learner's work, nothing is left
 running, grading ends in time.
 
@@ -899,11 +900,20 @@ GRADERS = ["nbgrader", "course_grade"]
 # each refusal fast). Every other hostile learner acts on the notebook's run, the sandbox or the files, which the two
 # graders lay out differently (one process for the class; a private course copy per learner, two at a time).
 LINT_REFUSED = "hostile_kernel_"
+# The learners that the kernel's own bounds of the notebook's sandbox contain (its memory cgroup, which counts memfds
+# and tmpfs pages; the bounded filesystem of its folders; its network namespace): the same sandbox, made by the same
+# plugin inside `nbgrader autograde` whichever grader started it. Graded by `course grade` only, two at a time beside
+# each other as in a class; the memory hog and the fork bomb still under both graders, so that plain nbgrader's
+# limits are proved to reach the sandbox too.
+KERNEL_BOUNDED = {"hostile_memfd_hog", "hostile_tmpfs_hog", "hostile_disk_filler", "hostile_unlinked_disk",
+                  "hostile_network"}
 
 
 def graders_of(name: str) -> list[str]:
     """The graders that grade hostile learner ``name``."""
-    return GRADERS[:1] if name.startswith(LINT_REFUSED) else GRADERS
+    if name.startswith(LINT_REFUSED):
+        return GRADERS[:1]
+    return GRADERS[1:] if name in KERNEL_BOUNDED else GRADERS
 
 
 def _hostile_params():

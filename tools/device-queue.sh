@@ -5,7 +5,7 @@
 # phase, sandboxed, compute-sanitizer on), v01..v06 (tests/test_verdicts.py -k the phase: every fixture through the
 # judge and the sandboxed runner, compute-sanitizer on, no nbgrader), ref (every source notebook's kernel tests,
 # hidden cases included, through `python -m tritoncourse check`: judge and runner unsandboxed), dist (tests/test_distributed.py -k gpu), hog (the hostile memory hog, both
-# graders), cg (the sandbox's own tests and the memfd/tmpfs hogs under both graders: its cgroup on this machine), ln (phase 6 LayerNorm re-recorded, on an H200 only),
+# graders), cg (the sandbox's own tests and the memfd/tmpfs hogs under `course grade`: its cgroup on this machine), ln (phase 6 LayerNorm re-recorded, on an H200 only),
 # soak (tests/test_soak.py on Triton's interpreter: SOAK (250) phase-1 notebooks from SOAK_OFFSET (0), half by SOAK_SHARDS
 # (nproc/2) plain nbgrader runs, half by grade --jobs SOAK_GRADE_JOBS (default SOAK_SHARDS), all at once, each run bounded by the
 # time left; leaves $OUT/soak-summary.json; 500 notebooks are three calls of SOAK=170 SOAK_SHARDS=6 SOAK_GRADE_JOBS=8 at
