@@ -351,6 +351,32 @@ def _wait_for(predicate, timeout: float) -> bool:
     return predicate()
 
 
+def test_the_watchdogs_walk_finds_what_psutil_finds():
+    """Sandbox.descendants walks the kernel's per-task children lists (only the watched tree, not every process of
+    the machine): the same processes as psutil's children(recursive=True), children of a process's other threads
+    included, and nothing once the tree has ended."""
+    from tritoncourse.grading.sandbox import _descendant_pids
+
+    if _descendant_pids(os.getpid()) is None:
+        pytest.skip("no /proc/PID/task/TID/children on this kernel: the watchdog uses psutil's walk")
+    script = ("import subprocess, threading, time\n"
+              "subprocess.Popen(['sleep', '60'])\n"
+              "threading.Thread(target=lambda: subprocess.run(['bash', '-c', 'sleep 60 & sleep 60 & wait'])).start()\n"
+              "time.sleep(60)\n")
+    root = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        assert _wait_for(lambda: len(psutil.Process(root.pid).children(recursive=True)) == 4, 20)
+        ours = [p.pid for p in Sandbox.descendants(None, root.pid)]
+        assert sorted(ours) == sorted(p.pid for p in psutil.Process(root.pid).children(recursive=True))
+        assert {psutil.Process(pid).ppid() for pid in ours[:2]} == {root.pid}, "children first"
+    finally:
+        for proc in psutil.Process(root.pid).children(recursive=True) + [psutil.Process(root.pid)]:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        root.wait(10)
+    assert Sandbox.descendants(None, root.pid) == []
+
+
 def test_processes_are_gone_when_the_first_ends_or_the_sandbox_closes(box):
     """A detached daemon dies with the sandbox's first process (PID namespace), and everything dies at close."""
     daemon = """
