@@ -103,7 +103,7 @@ class Learner:
     serial: bool = True  # plain nbgrader can grade it too (compared with the parallel grades)
     retake: bool = False  # also hands in a correct retake (the other assignment)
     precheck_error: str = ""  # not graded: the recorded reason must say this
-    fixture: str = ""  # the fixture of tests/submissions/01_vector_add/ it hands in, as it is
+    fixture: Fixture | None = None  # the fixture of tests/submissions/01_vector_add/ it hands in, as it is
 
 
 def _fixture(name: str):
@@ -118,7 +118,7 @@ def build_class(c: Course) -> list[Learner]:
     def fixture_learner(fx_name, who=None, case=""):
         fx = _fixture(fx_name)
         lose = set() if fx.all_pass else set(fx.expect_fail)
-        learners.append(Learner(who or fx_name, case, fx.notebook(release), lose, fixture=fx_name))
+        learners.append(Learner(who or fx_name, case, fx.notebook(release), lose, fixture=fx))
         return learners[-1]
 
     learners.append(Learner("reference", "", source))

@@ -21,8 +21,8 @@ import pytest
 
 from conftest import DEVICE
 from baseline import CELL_TIMEOUT, TIMEOUT_FACTOR
-from course import (CLASS_FIXTURES, NBGRADER_FIXTURES, SCALED_DOWN, SUBMISSIONS, Course, fill_solution_regions, fixtures,
-                    graded_test_ids)
+from course import (CLASS_FIXTURES, NBGRADER_FIXTURES, SCALED_DOWN, SUBMISSIONS, Course, fill_solution_regions,
+                    fixtures, graded_test_ids)
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct

@@ -9,9 +9,9 @@ The hostile suite: every learner of tests/hostile/01_vector_add/ (patches the co
 reads the hidden tests, calls the grader's machine, fork bomb, memory hog, memory in memfds and in a tmpfs of its
 own, disk filler, unlinked files, kills its parents, symlinks and ../ names) is graded, between two correct
 learners, once by plain `nbgrader autograde` and once by `python -m tritoncourse grade`, each in a course copy
-of its own (those the lint refuses by plain nbgrader only, those the sandbox's kernel-enforced bounds contain by
-`course grade` only: KERNEL_BOUNDED) (with its own copy of the package, so that nothing here can touch this checkout). Then: each loses only
-its own points, the course is unchanged, no output shows a hidden test or another learner's work, nothing is left
+of its own, with its own copy of the package, so that nothing here can touch this checkout (those the lint refuses
+by plain nbgrader only, those the sandbox's kernel-enforced bounds contain by `course grade` only: KERNEL_BOUNDED).
+Then: each loses only its own points, the course is unchanged, no output shows a hidden test or another learner's work, nothing is left
 running, grading ends in time.
 
 Finally grading refuses to run without bubblewrap, naming the command that installs it, unless opted out.
@@ -366,7 +366,7 @@ def test_the_watchdogs_walk_finds_what_psutil_finds():
     root = subprocess.Popen([sys.executable, "-c", script])
     try:
         assert _wait_for(lambda: len(psutil.Process(root.pid).children(recursive=True)) == 4, 20)
-        ours = [p.pid for p in Sandbox.descendants(None, root.pid)]
+        ours = [p.pid for p in Sandbox.descendants(root.pid)]
         assert sorted(ours) == sorted(p.pid for p in psutil.Process(root.pid).children(recursive=True))
         assert {psutil.Process(pid).ppid() for pid in ours[:2]} == {root.pid}, "children first"
     finally:
@@ -374,7 +374,7 @@ def test_the_watchdogs_walk_finds_what_psutil_finds():
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         root.wait(10)
-    assert Sandbox.descendants(None, root.pid) == []
+    assert Sandbox.descendants(root.pid) == []
 
 
 def test_processes_are_gone_when_the_first_ends_or_the_sandbox_closes(box):

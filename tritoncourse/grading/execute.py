@@ -188,8 +188,9 @@ class ResilientExecute(SandboxedKernel, AutogradedFolder, Execute):
             self._kill_strays()
         # Stopped from outside while the cell still ended: a message refused (its outputs are not whole), or a bound
         # that passed after the kernel had answered (nbclient read the reply before the watchdog's kill).
+        expired = self._expired()
         stopped = ("the kernel sent a message larger than the grader accepts" if self._refused_message() else
-                   f"the notebook's {self._expired()} bound passed during this cell" if self._expired() else "")
+                   f"the notebook's {expired} bound passed during this cell" if expired else "")
         if stopped:
             cell.setdefault("outputs", []).append(self._stopped_output())
             raise DeadKernelError(stopped)

@@ -151,10 +151,8 @@ def _descendant_pids(pid: int) -> list[int] | None:
     such file. A process that ends or is reparented meanwhile may be missed, as with psutil's own walk."""
     if not _PROC_CHILDREN:
         return None
-    found, seen, queue, i = [], {pid}, [pid], 0
-    while i < len(queue):
-        parent = queue[i]
-        i += 1
+    tree, seen = [pid], {pid}  # breadth first: each pid's children are appended as it is read
+    for parent in tree:
         try:
             tasks = os.listdir(f"/proc/{parent}/task")
         except OSError:
@@ -165,12 +163,9 @@ def _descendant_pids(pid: int) -> list[int] | None:
                     kids = [int(x) for x in f.read().split()]
             except (OSError, ValueError):
                 continue
-            for kid in kids:
-                if kid not in seen:
-                    seen.add(kid)
-                    found.append(kid)
-                    queue.append(kid)
-    return found
+            tree += [kid for kid in kids if kid not in seen]
+            seen.update(kids)
+    return tree[1:]
 
 
 @dataclass
@@ -246,7 +241,8 @@ class Sandbox(SandboxCommandLine, SandboxLimits):
             self._thread = threading.Thread(target=self._watch, name=f"sandbox-watchdog-{self.name}", daemon=True)
             self._thread.start()
 
-    def descendants(self, pid: int) -> list:
+    @staticmethod
+    def descendants(pid: int) -> list:
         """The processes under ``pid`` (psutil.Process objects), its children first."""
         import psutil
 
