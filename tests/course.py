@@ -82,16 +82,22 @@ def nbgrader(*args: str, cwd: Path, check: bool = True, timeout: float = 3000,
 class Course:
     """A copy of nbgrader_config.py and source/ in ``path``, with its own gradebook."""
 
-    def __init__(self, path: Path, assignments: list[str], scaled_down: bool = False):
-        """``scaled_down``: phase 1's largest test sizes scaled down (SCALED_DOWN), for workflow tests."""
+    def __init__(self, path: Path, assignments: list[str], scaled_down: bool = False, frozen_package: bool = False,
+                 env: dict | None = None):
+        """``scaled_down``: phase 1's largest test sizes scaled down (SCALED_DOWN), for workflow tests.
+        ``frozen_package``: a copy of the course package in the folder, for processes that import it from there
+        (the Dask workers); ``env``: nbgrader's environment (a gradebook's URL, that copy on PYTHONPATH)."""
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / "nbgrader_config.py", path / "nbgrader_config.py")
+        if frozen_package:
+            shutil.copytree(ROOT / "tritoncourse", path / "tritoncourse",
+                            ignore=shutil.ignore_patterns("__pycache__"))
         for a in assignments:
             shutil.copytree(ROOT / "source" / a, path / "source" / a)
             if scaled_down:
                 scale_down(path / "source" / a / f"{a}.ipynb", a)
-            nbgrader("generate_assignment", a, "--force", "--log-level=WARN", cwd=path)
+            nbgrader("generate_assignment", a, "--force", "--log-level=WARN", cwd=path, env=env)
 
     @classmethod
     def existing(cls, path: Path) -> "Course":

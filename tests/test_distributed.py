@@ -33,7 +33,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, gradebook_rows, graded_test_ids, scale_down
+from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, gradebook_rows, graded_test_ids
 from baseline import Baseline
 from postgres import Postgres, PostgresMissing, free_port
 from slurm import Slurm, SlurmMissing
@@ -86,16 +86,9 @@ def gpu_fixtures() -> list[Fixture]:
 def _new_course(path: Path, notebooks: dict[str, object], db_url: str | None = None) -> Course:
     """A course folder with the frozen package and ``notebooks`` (learner -> a notebook, the path of one, or a
     fixture) handed in; its gradebook created by nbgrader (on ``db_url`` if given)."""
-    path.mkdir(parents=True)
-    shutil.copy2(ROOT / "nbgrader_config.py", path / "nbgrader_config.py")
-    shutil.copytree(ROOT / "source" / A, path / "source" / A)
-    scale_down(path / "source" / A / f"{A}.ipynb", A)  # as the serial baseline's course (tests/course.py)
-    shutil.copytree(ROOT / "tritoncourse", path / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
     env = _env(path, **({"TRITONCOURSE_DB_URL": db_url} if db_url else {}))
-    r = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],
-                       cwd=path, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    c = Course.existing(path)
+    # Scaled down as the serial baseline's course (tests/course.py); the package frozen for the Dask workers.
+    c = Course(path, [A], scaled_down=True, frozen_package=True, env=env)
     release, source = c.release_notebook(A), c.source_notebook(A)
     for student, nb in notebooks.items():
         if isinstance(nb, Fixture):
