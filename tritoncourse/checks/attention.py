@@ -26,8 +26,6 @@ The buffers, inputs, reference and tolerance are :mod:`.attention_inputs`'s, the
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 
@@ -38,8 +36,8 @@ from . import launch, require_triton_kernel
 from .attention_diagnosis import (_attention_diagnose, _input_stride_replays, _lse_diagnose, _output_stride_cause,
                                   _replays, _scale_candidates, _tiled)
 from .attention_inputs import (DTYPES, HALF, LAYOUT_WORDS, LAYOUTS, MIN_BLOCK, PRESETS, ROW_LETTER, TENSORS, Placed,
-                               attention_ref, attention_tolerance, layouts_of, make_qkv, place, place_fenced,
-                               place_inputs, place_output)
+                               attention_ref, attention_tolerance, attention_tolerances, layouts_of, make_qkv, place,
+                               place_fenced, place_inputs, place_output)
 from .layer_norm import UNWRITTEN
 
 ATTENTION = "triton_attention_kernel"
@@ -49,9 +47,9 @@ SIGNATURE = ("triton_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, strid
              "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr)")
 __all__ = ["ATTENTION", "SIGNATURE", "check_attention", "run_attention", "DTYPES", "HALF", "LAYOUT_WORDS", "LAYOUTS",
            "MIN_BLOCK", "PRESETS", "ROW_LETTER", "TENSORS", "Placed", "attention_ref", "attention_tolerance",
-           "layouts_of", "make_qkv", "place", "place_fenced", "place_inputs", "place_output", "LSE_TOLERANCE",
-           "ROUNDOFF", "TF32_ROUNDOFF", "_attention_diagnose", "_input_stride_replays", "_lse_diagnose",
-           "_output_stride_cause", "_replays", "_scale_candidates", "_tiled"]
+           "attention_tolerances", "layouts_of", "make_qkv", "place", "place_fenced", "place_inputs", "place_output",
+           "LSE_TOLERANCE", "ROUNDOFF", "TF32_ROUNDOFF", "_attention_diagnose", "_input_stride_replays",
+           "_lse_diagnose", "_output_stride_cause", "_replays", "_scale_candidates", "_tiled"]
 
 
 # ------------------------------------------------------------------------------------------------ check
@@ -86,10 +84,7 @@ def check_attention(kernel, batch: int, heads: int, seq_len: int, head_dim: int,
     sm_scale = head_dim**-0.5 if sm_scale is None else sm_scale
     q, k, v = make_qkv(batch, heads, seq_len, head_dim, dtype, data, seed)
     ref_o, ref_lse = attention_ref(q, k, v, causal, sm_scale)
-    max_score = float(ref_lse.abs().max()) + math.log(seq_len)
-    atol, rtol, _ = attention_tolerance(dtype, device, max_score, float(v.abs().max()))
-    l_atol, l_rtol, _ = LSE_TOLERANCE[device]
-    l_atol += 8 * (TF32_ROUNDOFF if (device == "cuda" and dtype == torch.float32) else 2.0**-24) * max_score
+    (atol, rtol), (l_atol, l_rtol), _ = attention_tolerances(v, ref_lse, device)
     name = str(dtype).replace("torch.", "")
     where = (f"{lays[0]} layout" if len(set(lays)) == 1 else
              "layouts " + ", ".join(f"{n} {lay}" for n, lay in zip(TENSORS, lays)))

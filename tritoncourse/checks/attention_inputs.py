@@ -7,10 +7,12 @@ the likely cause of a failure.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..checking import OUTPUT_SENTINEL, fenced_copy, generator
-from ..tolerances import ROUNDOFF, TF32_ROUNDOFF  # unit roundoffs
+from ..tolerances import ATTENTION_LSE, ROUNDOFF, TF32_ROUNDOFF  # unit roundoffs; LSE's tolerance
 from .layer_norm import UNWRITTEN
 
 LAYOUTS = ("contiguous", "padded", "bshd", "fused")
@@ -180,6 +182,17 @@ def attention_tolerance(dtype: torch.dtype, device: str, max_score: float, max_v
            f"{' (tf32 on the GPU)' if u_dot == TF32_ROUNDOFF else ''}, and a relative error δ in the probabilities "
            f"moves O by at most δ·max|V| (max|V| = {max_v:.3g})")
     return atol, rtol, why
+
+
+def attention_tolerances(v: torch.Tensor, ref_lse: torch.Tensor, device: str) -> tuple[tuple, tuple, str]:
+    """((atol, rtol) for O, (atol, rtol) for LSE, why) of one attention case, as the tests judge it: O's from
+    :func:`attention_tolerance` with the case's largest score (bounded by max|LSE| + log(seq_len)) and max|V|; LSE's
+    from ATTENTION_LSE plus the scores' rounding (8 unit roundoffs of the largest score)."""
+    max_score = float(ref_lse.abs().max()) + math.log(ref_lse.shape[-1])
+    atol, rtol, why = attention_tolerance(v.dtype, device, max_score, float(v.abs().max()))
+    l_atol, l_rtol, _ = ATTENTION_LSE[device]
+    l_atol += 8 * (TF32_ROUNDOFF if (device == "cuda" and v.dtype == torch.float32) else 2.0**-24) * max_score
+    return (atol, rtol), (l_atol, l_rtol), why
 
 
 def make_qkv(batch, heads, seq_len, head_dim, dtype, data: str, seed: int):
