@@ -34,98 +34,42 @@ What set-up makes (each step skipped when already there):
   memory, CPU and process limits (``--mem-limit``, ``--cpu-limit``, ``--pids-limit``) go into the settings.
 ``teardown`` removes what set-up made on the Docker engine and the hub leaves: containers of this hub still there
 and that network (images, accounts and the state folder stay).
+
+This file keeps the command line, ``start`` and the local set-up (the venv, the course directory, the roles'
+configuration, ``setup`` itself); its parts beside it: hub/tritonhub_common.py (the paths, Settings, running a command
+as a user), hub/tritonhub_accounts.py (Unix accounts, ``users`` and ``remove-users``) and hub/tritonhub_docker.py
+(``--spawner docker``'s images, limits and network, ``teardown``). Their names are re-exported here.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import grp
 import hashlib
 import json
 import os
 import pwd
-import re
 import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-HUB = REPO / "hub"
-ASSIGNMENTS = ["01_vector_add", "02_softmax", "03_matmul_relu", "04_benchmarking", "05_autotuning",
-               "06_fused_attention"]
+if str(Path(__file__).resolve().parent) not in sys.path:  # its parts, beside it, also when loaded by path (tests)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+# every name of its parts, re-exported: tritonhub.Settings, tritonhub.check_limits, tritonhub.docker_client, ...
+from tritonhub_accounts import (USER_ID, add_account, add_users, ensure_group, groups_of,  # noqa: E402,F401
+                                read_roster, remove_users, user_exists)
+from tritonhub_common import ASSIGNMENTS, HUB, REPO, Settings, as_user, role, role_dir, run  # noqa: E402,F401
+from tritonhub_docker import (HUB_LABEL, MEMORY, NO_ICC, build_images, check_limits, docker_client,  # noqa: E402,F401
+                              ensure_network, hub_image_name, teardown)
+
 COURSE_FILES = ["nbgrader_config.py", "source", "tritoncourse", "pyproject.toml"]  # tracked paths copied
-# A Unix user name that is also a valid learner id of the course (docs/INSTRUCTORS.md: no double underscore).
-USER_ID = re.compile(r"^[a-z][a-z0-9-]*(?:_[a-z0-9-]+)*$")
+
 # nbgrader's lab plugins and server extensions a learner does not get (docker/Dockerfile turns off more: there
 # is no exchange in the learner's container).
 LEARNER_LAB_OFF = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                    "@jupyter/nbgrader:course-list"]
 LEARNER_SERVER_OFF = ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"]
-
-
-@dataclass
-class Settings:
-    venv: str = "/opt/tritonhub/venv"
-    state: str = "/srv/tritonhub"  # the hub's database, cookie secret, logs, role configuration (root only)
-    exchange: str = "/srv/nbgrader/exchange"
-    instructor: str = "instructor"
-    learners_group: str = "tritoncourse-learners"
-    course_id: str = "triton-kernels"
-    port: int = 8000  # the proxy's public port, on 127.0.0.1 only
-    hub_port: int = 8081  # the hub's own API, 127.0.0.1
-    proxy_api_port: int = 8001  # configurable-http-proxy's REST API, 127.0.0.1
-    chp: str = ""  # configurable-http-proxy's path
-    assignments: list = field(default_factory=lambda: list(ASSIGNMENTS))
-    cpu: bool = True  # no GPU: Triton's interpreter in every learner's kernel
-    build_venv: bool = True  # False: ``venv`` is an existing environment with the course and requirements/hub.txt
-    spawner: str = "local"  # "docker": each learner's server is a container of ``image`` (DockerSpawner)
-    learner_image: str = ""  # docker/Dockerfile's learner target (setup builds triton-course:cpu or :gpu if empty)
-    image: str = ""  # the single-user image hub/singleuser.Dockerfile makes of it (setup sets it)
-    docker: str = ""  # the Docker client setup builds with (empty: found on PATH)
-    docker_network: str = "tritonhub-learners"  # the learners' containers' network (setup makes it: no ICC)
-    hub_ip: str = ""  # the hub's address on that network (empty: the network's gateway, asked when the hub starts)
-    # Each learner's container (DockerSpawner; 0: no limit). Memory: all its processes together (no swap beyond
-    # it), as the grading sandbox allows one process (tritoncourse/grading/sandbox_limits.py); CPU: the CPUs' worth
-    # of time its processes share (a CFS quota); processes: tasks (processes and threads) at once (pids cgroup).
-    mem_limit: str = "6G"
-    cpu_limit: float = 2.0
-    pids_limit: int = 1024
-
-    @property
-    def course_dir(self) -> Path:
-        return Path(pwd.getpwnam(self.instructor).pw_dir) / self.course_id
-
-    @classmethod
-    def load(cls, state: str) -> "Settings":
-        path = Path(state) / "settings.json"
-        if not path.exists():
-            sys.exit(f"{path} is missing: run `python3 hub/tritonhub.py setup` (make hub) first")
-        return cls(**json.loads(path.read_text()))
-
-
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, check=True, **kw)
-
-
-def as_user(user: str, cmd: list[str], settings: Settings, cwd: Path | None = None, **kw):
-    """``cmd`` as ``user`` (uid, gid and groups), with the hub venv first on PATH and the user's HOME."""
-    pw = pwd.getpwnam(user)
-    env = {"PATH": f"{settings.venv}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": pw.pw_dir, "USER": user,
-           "LANG": "C.UTF-8", "JUPYTER_CONFIG_PATH": str(role_dir(settings, role(user, settings)))}
-    return subprocess.run(cmd, user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], cwd=cwd or pw.pw_dir, env=env,
-                          check=kw.pop("check", True), **kw)
-
-
-def role(user: str, settings: Settings) -> str:
-    return "instructor" if user == settings.instructor else "learner"
-
-
-def role_dir(settings: Settings, name: str) -> Path:
-    return Path(settings.state) / "etc" / name
 
 
 # ---------------------------------------------------------------------------------------------------- set-up
@@ -151,34 +95,6 @@ def build_venv(settings: Settings) -> None:
     stamp.write_text(digest + "\n")
 
 
-def ensure_group(name: str) -> None:
-    try:
-        grp.getgrnam(name)
-    except KeyError:
-        run(["groupadd", name])
-
-
-def user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
-
-
-def add_account(name: str, groups: list[str], password: str | None) -> bool:
-    """A Unix account with a private home (0700); returns True when it was made now."""
-    made = False
-    if not user_exists(name):
-        run(["useradd", "--create-home", "--shell", "/bin/bash", "--user-group"]
-            + (["--groups", ",".join(groups)] if groups else []) + [name])
-        made = True
-    home = Path(pwd.getpwnam(name).pw_dir)
-    home.chmod(0o700)
-    if password:
-        run(["chpasswd"], input=f"{name}:{password}\n", text=True)
-    return made
-
 
 def copy_course(settings: Settings) -> None:
     """The instructor's course directory: this repository's tracked course files, owned by the instructor."""
@@ -196,6 +112,7 @@ def copy_course(settings: Settings) -> None:
     for path in [course, *course.rglob("*")]:
         os.chown(path, pw.pw_uid, pw.pw_gid)
     print(f"tritonhub: course directory {course}")
+
 
 
 def write_role_configs(settings: Settings) -> None:
@@ -229,125 +146,6 @@ def write_role_configs(settings: Settings) -> None:
     for path in [role_dir(settings, "."), learner, instructor, *learner.rglob("*"), *instructor.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
-
-def docker_client(given: str = "") -> str:
-    """A Docker client that builds with BuildKit (the images use ``RUN --mount``): Debian's 20.10 has it built in,
-    newer clients need the buildx plugin."""
-    for client in ([given] if given else ["/usr/bin/docker", shutil.which("docker") or ""]):
-        if not client or not os.access(client, os.X_OK):
-            continue
-        out = subprocess.run([client, "version", "--format", "{{.Client.Version}}"], capture_output=True,
-                             text=True).stdout.strip()
-        major = int(out.split(".")[0]) if out[:1].isdigit() else 0
-        if 0 < major < 23 or subprocess.run([client, "buildx", "version"], capture_output=True).returncode == 0:
-            return client
-    sys.exit("--spawner docker needs a Docker client that builds with BuildKit (Debian's docker.io, or Docker's "
-             "own with the buildx plugin) and a running engine: `bash tools/docker-engine.sh` installs and starts "
-             "Debian's")
-
-
-def hub_image_name(learner_image: str) -> str:
-    """triton-course:cpu -> triton-course-hub:cpu"""
-    name, tag = learner_image, "latest"
-    if ":" in learner_image.rsplit("/", 1)[-1]:
-        name, tag = learner_image.rsplit(":", 1)
-    return f"{name}-hub:{tag}"
-
-
-def build_images(settings: Settings) -> None:
-    """The learner image (unless given) and the hub's single-user image on it. Each build is cached by Docker: a
-    second setup rebuilds nothing that did not change."""
-    docker = settings.docker = docker_client(settings.docker)
-    if subprocess.run([docker, "info"], capture_output=True, timeout=60).returncode != 0:
-        sys.exit(f"`{docker} info` fails: no Docker engine answers (`bash tools/docker-engine.sh` starts Debian's)")
-    env = dict(os.environ, DOCKER_BUILDKIT="1")
-    flavor = "cpu" if settings.cpu else "gpu"
-    if not settings.learner_image:
-        settings.learner_image = f"triton-course:{flavor}"
-        print(f"tritonhub: building the learner image {settings.learner_image} (docker/Dockerfile, FLAVOR={flavor})")
-        run([docker, "build", "-f", str(REPO / "docker" / "Dockerfile"), "--target", "learner",
-             "--build-arg", f"FLAVOR={flavor}", "-t", settings.learner_image, str(REPO)], env=env)
-    elif subprocess.run([docker, "image", "inspect", settings.learner_image], capture_output=True).returncode != 0:
-        sys.exit(f"the learner image {settings.learner_image} is not on this Docker engine")
-    settings.image = hub_image_name(settings.learner_image)
-    print(f"tritonhub: building the hub's single-user image {settings.image} on {settings.learner_image}")
-    with tempfile.TemporaryDirectory(prefix="tritonhub-image-") as tmp:
-        # a context of its own: the four things hub/singleuser.Dockerfile copies, and nothing else of the repository
-        context = Path(tmp)
-        tracked = run(["git", "-C", str(REPO), "ls-files", "-z", "--", "tritoncourse"], capture_output=True).stdout
-        for rel in [*filter(None, tracked.decode().split("\0")), "requirements/lock.txt", "requirements/hub.txt",
-                    "pyproject.toml"]:
-            if (REPO / rel).is_file():
-                (context / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(REPO / rel, context / rel)
-        shutil.copy2(HUB / "singleuser.Dockerfile", context / "Dockerfile")
-        run([docker, "build", "--build-arg", f"LEARNER_IMAGE={settings.learner_image}", "-t", settings.image,
-             str(context)], env=env)
-
-
-# What setup's Docker network and the hub's containers carry: the state folder of the hub that made them.
-HUB_LABEL = "org.tritoncourse.hub.state"
-NO_ICC = "com.docker.network.bridge.enable_icc"
-MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?[KMGT]?$")
-
-
-def check_limits(settings: Settings) -> None:
-    """The learners' containers' limits, as ``setup`` takes them (0: none)."""
-    if not MEMORY.match(str(settings.mem_limit)):
-        sys.exit(f"--mem-limit is bytes with an optional K, M, G or T (6G, 1536M; 0: none), not {settings.mem_limit!r}")
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    mem = str(settings.mem_limit)
-    size = float(mem[:-1]) * units[mem[-1]] if mem[-1] in units else float(mem)
-    if 0 < size < 256 << 20:
-        sys.exit(f"--mem-limit {mem} is below 256M: too little for JupyterLab and a kernel")
-    if not 0 <= settings.cpu_limit <= 1024:
-        sys.exit(f"--cpu-limit is CPUs (2, 0.5; 0: none), not {settings.cpu_limit}")
-    if settings.pids_limit and not 64 <= settings.pids_limit:
-        sys.exit(f"--pids-limit {settings.pids_limit} is below 64: too few for JupyterLab and a kernel (0: none)")
-
-
-def ensure_network(settings: Settings) -> None:
-    """The learners' Docker network: a bridge with inter-container communication off (each learner's container
-    reaches the host, whose gateway address serves the hub's API, but no other container on it). Made once,
-    labelled with this hub's state folder; an existing network of that name is used only if its ICC is off."""
-    docker, name = settings.docker, settings.docker_network
-    found = subprocess.run([docker, "network", "inspect", name], capture_output=True, text=True)
-    if found.returncode == 0:
-        net = json.loads(found.stdout)[0]
-        if net.get("Driver") != "bridge" or (net.get("Options") or {}).get(NO_ICC) != "false":
-            sys.exit(f"the Docker network {name!r} exists and lets containers reach each other (driver "
-                     f"{net.get('Driver')!r}, {NO_ICC}={(net.get('Options') or {}).get(NO_ICC)!r}): learners' "
-                     "containers could reach each other's servers on it. Name another with --docker-network "
-                     "(setup makes it), or remove that one (docker network rm) if nothing else uses it")
-        return
-    print(f"tritonhub: the learners' Docker network {name} (a bridge, inter-container communication off)")
-    run([docker, "network", "create", "--driver", "bridge", "--opt", f"{NO_ICC}=false",
-         "--label", f"{HUB_LABEL}={settings.state}", name], stdout=subprocess.DEVNULL)
-
-
-def teardown(settings: Settings) -> None:
-    """After the hub has stopped: the learners' containers of this hub still on the engine (the hub deletes each
-    one when its server stops; a hub killed outright leaves them) and the learners' network, if setup made it.
-    Images, accounts, homes, the course and the state folder stay."""
-    if os.geteuid() != 0:
-        sys.exit("tritonhub teardown runs as root")
-    if settings.spawner != "docker":
-        print("tritonhub: nothing to tear down (the hub does not use Docker)")
-        return
-    docker = docker_client(settings.docker)
-    ids = run([docker, "ps", "-aq", "--filter", f"label={HUB_LABEL}={settings.state}"], capture_output=True,
-              text=True).stdout.split()
-    if ids:
-        run([docker, "rm", "-f", *ids], stdout=subprocess.DEVNULL)
-        print(f"tritonhub: removed {len(ids)} learner container(s) of this hub")
-    found = subprocess.run([docker, "network", "inspect", settings.docker_network], capture_output=True, text=True)
-    if found.returncode != 0:
-        return
-    if (json.loads(found.stdout)[0].get("Labels") or {}).get(HUB_LABEL) != settings.state:
-        print(f"tritonhub: the Docker network {settings.docker_network} was not made by this hub's setup: left")
-        return
-    run([docker, "network", "rm", settings.docker_network], stdout=subprocess.DEVNULL)
-    print(f"tritonhub: removed the Docker network {settings.docker_network}")
 
 
 def setup(settings: Settings) -> None:
@@ -402,75 +200,6 @@ def setup(settings: Settings) -> None:
     print(f"tritonhub: set up; start with `python3 hub/tritonhub.py start --state {state}` (make hub)")
 
 
-# ---------------------------------------------------------------------------------------------------- accounts
-
-def read_roster(path: Path) -> list[dict]:
-    """Rows of a CSV with an ``id`` column (and optional first_name, last_name, email, password)."""
-    with open(path, newline="") as f:
-        rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in csv.DictReader(f)]
-    bad = [r.get("id", "") for r in rows if not USER_ID.match(r.get("id", "")) or len(r.get("id", "")) > 32]
-    if bad:
-        sys.exit(f"{path}: ids must be Unix user names and learner ids (a-z first, then a-z 0-9 - and single "
-                 f"underscores, 32 at most): {bad}")
-    return rows
-
-
-def add_users(settings: Settings, roster: Path) -> None:
-    """Each learner of ``roster``: a Unix account in the learners' group (home 0700), a password (the roster's, or
-    a new one written to <state>/passwords.csv, root only), and a student of the course's gradebook."""
-    if os.geteuid() != 0:
-        sys.exit("tritonhub users runs as root")
-    made_passwords = []
-    rows = read_roster(roster)
-    for row in rows:
-        name = row["id"]
-        if user_exists(name) and settings.learners_group not in groups_of(name):
-            sys.exit(f"{name} is an existing account outside {settings.learners_group}: not taken over")
-        password = row.get("password") or None
-        if not user_exists(name) and not password:
-            password = secrets.token_urlsafe(9)
-            made_passwords.append((name, password))
-        made = add_account(name, [settings.learners_group], password)
-        print(f"tritonhub: {'added' if made else 'updated'} {name}")
-    # the gradebook's students, in one nbgrader command (one per learner took a second or more each)
-    students = Path(settings.course_dir) / ".tritonhub-students.csv"
-    with open(students, "w", newline="") as f:
-        out = csv.DictWriter(f, ["id", "first_name", "last_name", "email"], extrasaction="ignore")
-        out.writeheader()
-        out.writerows({k: row.get(k, "") for k in out.fieldnames} for row in rows)
-    pw = pwd.getpwnam(settings.instructor)
-    os.chown(students, pw.pw_uid, pw.pw_gid)
-    try:
-        as_user(settings.instructor, ["nbgrader", "db", "student", "import", str(students), "--log-level=WARN"],
-                settings, cwd=settings.course_dir)
-    finally:
-        students.unlink()
-    if made_passwords:
-        out = Path(settings.state) / "passwords.csv"
-        with open(out, "a", newline="") as f:
-            csv.writer(f).writerows(made_passwords)
-        out.chmod(0o600)
-        print(f"tritonhub: new passwords appended to {out} (root only)")
-
-
-def groups_of(name: str) -> set[str]:
-    pw = pwd.getpwnam(name)
-    return {g.gr_name for g in grp.getgrall() if name in g.gr_mem} | {grp.getgrgid(pw.pw_gid).gr_name}
-
-
-def remove_users(settings: Settings, roster: Path) -> None:
-    """Delete the accounts (and homes) of ``roster`` that are in the learners' group; never any other."""
-    for row in read_roster(roster):
-        name = row["id"]
-        if not user_exists(name):
-            continue
-        if settings.learners_group not in groups_of(name):
-            print(f"tritonhub: {name} is not in {settings.learners_group}: left alone", file=sys.stderr)
-            continue
-        subprocess.run(["pkill", "-KILL", "-u", name], check=False)  # that user's processes only
-        run(["userdel", "--remove", name], stderr=subprocess.DEVNULL)
-        print(f"tritonhub: removed {name}")
-
 
 # ---------------------------------------------------------------------------------------------------- start
 
@@ -478,6 +207,7 @@ def start_command(settings: Settings) -> tuple[list[str], dict]:
     env = dict(os.environ, TRITONHUB_SETTINGS=str(Path(settings.state) / "settings.json"),
                PATH=f"{settings.venv}/bin:{os.environ.get('PATH', '/usr/bin:/bin')}")
     return [f"{settings.venv}/bin/jupyterhub", "-f", str(HUB / "jupyterhub_config.py")], env
+
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -529,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         cmd, env = start_command(settings)
         os.chdir(settings.state)
         os.execvpe(cmd[0], cmd, env)
+
 
 
 if __name__ == "__main__":
