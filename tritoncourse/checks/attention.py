@@ -52,6 +52,23 @@ __all__ = ["ATTENTION", "SIGNATURE", "check_attention", "run_attention", "DTYPES
            "_lse_diagnose", "_output_stride_cause", "_replays", "_scale_candidates", "_tiled"]
 
 
+def _stray_cause(what: str, seq_len: int, block_m: int, o_layout: str) -> str:
+    """Why stores landed outside O (or LSE): an unmasked last tile can only be the cause where the last query tile
+    has rows past seq_len; where every tile is whole, the program's (batch, head) or rows are wrong."""
+    strides = (", or O is not addressed with its own strides stride_ob, stride_oh, stride_om, stride_od"
+               if what == "O" and o_layout != "contiguous" else "")
+    if seq_len % block_m:
+        return ("the tl.store of the query tile is not masked with rows < seq_len (the last tile has rows past "
+                f"seq_len = {seq_len} when it is not a multiple of BLOCK_M = {block_m}){strides}.")
+    where = ("o_ptr + batch*stride_ob + head*stride_oh + row*stride_om + d*stride_od" if what == "O" else
+             "lse_ptr + (batch * n_heads + head) * seq_len + row")
+    return (f"every query tile is whole here (seq_len = {seq_len} is a multiple of BLOCK_M = {block_m}), so no "
+            "row past seq_len was stored: the program's (batch, head) or rows are wrong. With pid_1 = "
+            "tl.program_id(1): batch = pid_1 // n_heads, head = pid_1 % n_heads (not the other way round), rows = "
+            f"tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M), and {what}[batch, head, row] is at {where}"
+            f"{strides}.")
+
+
 # ------------------------------------------------------------------------------------------------ check
 def run_attention(kernel, q, k, v, o, lse, causal, sm_scale, block_m, block_n, *, context, device, stage_text=None):
     B, H, S, D = q.shape
@@ -109,12 +126,8 @@ def check_attention(kernel, batch: int, heads: int, seq_len: int, head_dim: int,
     o_cause = _output_stride_cause(go, placed, ref_o, (atol, rtol), lays) if stray or not ok else None
     if (stray or lse_stray) and not o_cause:
         what = "O" if stray else "LSE"
-        raise KernelCheckError(
-            f"{stray or lse_stray} element(s) outside {what} were written ({context}).\n"
-            "Likely cause: the tl.store of the query tile is not masked with rows < seq_len (the last tile has "
-            f"rows past seq_len = {seq_len} when it is not a multiple of BLOCK_M = {block_m})"
-            + (", or O is not addressed with its own strides stride_ob, stride_oh, stride_om, stride_od."
-               if lays[3] != "contiguous" else "."))
+        raise KernelCheckError(f"{stray or lse_stray} element(s) outside {what} were written ({context}).\n"
+                               f"Likely cause: {_stray_cause(what, seq_len, block_m, lays[3])}")
     if not ok or o_cause:
         cause = o_cause or _attention_diagnose(go.view, lse, q, k, v, causal, sm_scale, block_m, block_n,
                                                (atol, rtol), ref_lse, data, placed + [go], lays)

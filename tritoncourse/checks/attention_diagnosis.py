@@ -268,6 +268,11 @@ def _attention_diagnose(o, lse, q, k, v, causal, sm_scale, block_m, block_n, tol
         if data == "large":
             return ("O holds NaN or inf with scores of several hundred: exp overflows unless the running maximum "
                     "is subtracted first (p = exp2(s - m_new), and alpha = exp2(m_old - m_new) for the rescale).")
+        if data == "negative":
+            return ("O holds NaN or inf where every score of a row is far below 0 (about -2000 here): exp(s - m) "
+                    "underflows to 0 for every key unless m is the row's own maximum, and then l = 0 and O = 0 / 0. "
+                    "Start the running maximum at -inf, not 0 (m_i = tl.full([BLOCK_M], float(\"-inf\"), tl.float32)), "
+                    "so that the first tile sets it, and subtract m_new from the scores before the exponential.")
         if data == "huge_v":
             return ("O holds inf or NaN with V's values past fp16's range (|V| up to "
                     f"{float(v.abs().max()):.3g}, fp16 ends at 65504): the accumulator or P @ V is held in fp16. In an "

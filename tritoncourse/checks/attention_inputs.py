@@ -197,7 +197,10 @@ def attention_tolerances(v: torch.Tensor, ref_lse: torch.Tensor, device: str) ->
 
 def make_qkv(batch, heads, seq_len, head_dim, dtype, data: str, seed: int):
     """Fresh Q, K, V. "randn": N(0, 1); "large": Q and K ~ N(0, 20²), scores of several hundred, so that exp
-    overflows without the max subtracted; "shifted": V ~ 1 + N(0, 1), so a lost normalisation shows; "huge_v": V ~
+    overflows without the max subtracted; "negative": "large" with Q's first feature set to +a and K's to -a, every
+    score about -2000 ± 400, so that exp(s) underflows to 0 in every row unless the row's own maximum is subtracted
+    (a running maximum started at 0, not -inf, gives l = 0 and O = 0 / 0), the softmax as nearly one-hot as with
+    "large"; "shifted": V ~ 1 + N(0, 1), so a lost normalisation shows; "huge_v": V ~
     N(0, 1) · 2^17, past fp16's largest value (65504), so an accumulator (or P @ V) held in fp16 overflows (fp32 only:
     on a GPU, where fp32 tl.dot rounds to tf32, the tolerance cannot tell an fp16 accumulator's rounding apart)."""
     if data == "huge_v" and dtype != torch.float32:
@@ -207,10 +210,14 @@ def make_qkv(batch, heads, seq_len, head_dim, dtype, data: str, seed: int):
     q, k, v = (torch.randn(shape, generator=g) for _ in range(3))
     if data == "large":
         q, k = q * 20, k * 20
+    elif data == "negative":
+        a = (2000 * head_dim**0.5) ** 0.5  # q·k = -a² + N(0, 400² (HEAD_DIM - 1)), times sm_scale = HEAD_DIM**-0.5
+        q, k = q * 20, k * 20
+        q[..., 0], k[..., 0] = a, -a
     elif data == "shifted":
         v = v + 1.0
     elif data == "huge_v":
         v = v * 2.0**17
     elif data != "randn":
-        raise ValueError(f"data must be randn, large, shifted or huge_v, got {data!r}")
+        raise ValueError(f"data must be randn, large, negative, shifted or huge_v, got {data!r}")
     return q.to(dtype), k.to(dtype), v.to(dtype)
