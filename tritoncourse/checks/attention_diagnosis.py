@@ -16,7 +16,7 @@ from .layer_norm import UNWRITTEN
 def _tiled(q, k, v, causal, sm_scale, block_n, *, rescale_acc=True, rescale_l=True, drop_last=False,
            scale_after=False, diag=0, block_m=None, compute=torch.float64, p_dtype=None, masked_value=float("-inf"),
            tail_scores=False, local_causal=False, skip_diagonal=False, k_stuck=None, v_stuck=None, normalize=True,
-           max_keys=None):
+           max_keys=None, rescale_after=(False, False), alpha_base=1.0):
     """Replay a tiled online-softmax forward in ``compute`` (fp64), with one mistake switched on; returns O.
 
     ``block_m``: with ``causal``, each query tile visits only the key tiles up to its own end, as the kernels do
@@ -25,7 +25,9 @@ def _tiled(q, k, v, causal, sm_scale, block_n, *, rescale_acc=True, rescale_l=Tr
     tiles), ``masked_value`` (masked scores set to it, not -inf), ``tail_scores`` (the scores of keys past seq_len
     left unmasked; their K and V load as 0), ``k_stuck``/``v_stuck`` ("first": the pointers never advance; "loop":
     they advance only between the unmasked and the masked loop, as in the reference's two loops), ``normalize``
-    off, ``drop_last`` (the ragged last key tile skipped), ``max_keys`` (keys from there on never seen).
+    off, ``drop_last`` (the ragged last key tile skipped), ``max_keys`` (keys from there on never seen),
+    ``rescale_after`` (acc, l: rescaled after the new tile is added, (acc + P @ V) · alpha), ``alpha_base`` (alpha =
+    exp((m_old - m_new) · alpha_base): ln 2 is exp2 on natural-unit scores, log2(e) exp on log2-unit ones).
     ``p_dtype``: round P to it before P @ V, as a kernel does (fp32 ``compute`` then replays a correct kernel)."""
     q, k, v = q.to(compute).cpu(), k.to(compute).cpu(), v.to(compute).cpu()
     S, D = q.shape[-2], q.shape[-1]
@@ -76,11 +78,12 @@ def _tiled(q, k, v, causal, sm_scale, block_n, *, rescale_acc=True, rescale_l=Tr
         visit = (start < hi)[:, None]  # (S, 1): does this query row's program visit this key tile?
         m_new = torch.maximum(m, s.amax(-1))
         p = torch.exp(s - m_new[..., None])
-        alpha = torch.exp(m - m_new)
-        l_new = (l * alpha if rescale_l else l) + p.sum(-1)
+        alpha = torch.exp((m - m_new) * alpha_base)
+        l_new = (l + p.sum(-1)) * alpha if rescale_after[1] else (l * alpha if rescale_l else l) + p.sum(-1)
         p = p if p_dtype is None else p.to(p_dtype).to(compute)
         pv = p @ vt if vt.dim() == q.dim() else torch.einsum("...sn,...snd->...sd", p, vt)
-        acc_new = (acc * alpha[..., None] if rescale_acc else acc) + pv
+        acc_new = (acc + pv) * alpha[..., None] if rescale_after[0] else (
+            acc * alpha[..., None] if rescale_acc else acc) + pv
         m = torch.where(visit[:, 0], m_new, m)
         l = torch.where(visit[:, 0], l_new, l)
         acc = torch.where(visit, acc_new, acc)
@@ -98,6 +101,19 @@ def _replays(S, D, causal, sm_scale, block_m, block_n):
                                                    "the running maximum grows: multiply both by exp(m_old - m_new)."),
         (dict(rescale_l=False), "the running sum l is not rescaled when the running maximum grows: l = l * alpha + "
                                 "sum(p), with alpha = exp(m_old - m_new), as acc is."),
+        (dict(rescale_after=(True, False)), "the accumulator is rescaled after the new tile is added ((acc + P @ V) "
+                                            "* alpha): the new tile's P is already relative to m_new, so only the old "
+                                            "acc is multiplied: acc = acc * alpha[:, None] + tl.dot(p, v)."),
+        (dict(rescale_after=(True, True)), "acc and l are rescaled after the new tile is added ((acc + P @ V) * "
+                                           "alpha, (l + sum(p)) * alpha): the new terms are already relative to m_new, "
+                                           "so only the old ones are multiplied: l = l * alpha + sum(p), acc = acc * "
+                                           "alpha + P @ V."),
+        (dict(alpha_base=math.log(2)), "alpha and p use different exponentials: p = exp(s - m_new) but alpha = "
+                                       "exp2(m_old - m_new). Use the same one for both (exp, or exp2 with the scores "
+                                       "multiplied by log2(e))."),
+        (dict(alpha_base=1 / math.log(2)), "alpha and p use different exponentials: the scores are in log2 units "
+                                           "(multiplied by log2(e)) and p = exp2(s - m_new), but alpha = exp(m_old - "
+                                           "m_new). Use exp2 for both."),
         (dict(scale_after=True), "sm_scale is applied after the softmax: multiply the scores Q·Kᵀ by sm_scale before "
                                  "the maximum and the exponential (softmax(s)·c is not softmax(s·c))."),
         (dict(normalize=False), "O is not divided by the sum l of the probabilities: O = acc / l[:, None] at the end."),
