@@ -12,146 +12,24 @@ eps moves rstd by 5% or more) and the others a variance that dwarfs it, with mea
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 
-from ..checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
-                        generator, stage)
+from ..checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed, stage
 from ..device import infer_device
 from ..tolerances import (LAYER_NORM as LN_TOLERANCES, LAYER_NORM_BACKWARD as LN_BACKWARD_TOLERANCES,
-                          LAYER_NORM_STATS as LN_STATS_TOLERANCE, MEAN_DIAGNOSIS, RSTD_DIAGNOSIS)
+                          LAYER_NORM_STATS as LN_STATS_TOLERANCE)
 from . import launch, require_triton_kernel
+# The inputs, references and diagnoses live in their own modules; the notebook's checks.fused_attention imports
+# them (and LN_TOLERANCES) from here.
+from .layer_norm_diagnosis import _ln_candidates, _ln_diagnose, _ln_stats_cause
+from .layer_norm_inputs import (LAYER_NORM, LN_BACKWARD, SIGNATURES, UNWRITTEN, layer_norm_backward_ref,
+                                layer_norm_ref, layer_norm_tolerance, make_ln_backward_inputs, make_ln_inputs)
 
-UNWRITTEN = -54272.0  # what every output element holds before the kernel runs: exact in fp32, fp16 and bf16
-LAYER_NORM = "triton_layer_norm_kernel"
-LN_BACKWARD = "triton_layer_norm_backward_kernel"
-SIGNATURES = {
-    LAYER_NORM: "triton_layer_norm_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, stride_x_row, "
-                "stride_y_row, n_cols, eps, BLOCK_SIZE: tl.constexpr)",
-    LN_BACKWARD: "triton_layer_norm_backward_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, "
-                 "dw_partial_ptr, db_partial_ptr, stride_row, n_rows, n_cols, ROWS_PER_PROGRAM: tl.constexpr, "
-                 "BLOCK_SIZE: tl.constexpr)",
-}
-
-
-
-def make_ln_inputs(n_rows: int, n_cols: int, dtype: torch.dtype, data: str, seed: int):
-    """Fresh (x, w, b). "randn": even rows of std 2 whose means lie between 2 and 3 in size (either sign), so that
-    a variance that counts the masked-off lanes (each adds mean²) is off by at least a few percent; odd rows around
-    0 with a std of 1e-3 to 1e-2, a variance of the order of eps, so that eps's place in rstd = 1/sqrt(var + eps)
-    matters. "offset": rows around +1000, where mean(x²) - mean(x)² cancels in fp32."""
-    g = generator(seed)
-    x = torch.randn(n_rows, n_cols, generator=g) * 2
-    if data == "offset":
-        x = x + 1000.0
-    elif data == "randn":
-        sign = torch.where(torch.rand(n_rows, 1, generator=g) < 0.5, -1.0, 1.0)
-        x = x + sign * (2 + torch.rand(n_rows, 1, generator=g))
-        small = 10 ** (-3 + torch.rand(n_rows, 1, generator=g))  # std 1e-3 .. 1e-2
-        odd = (torch.arange(n_rows) % 2 == 1)[:, None]
-        x = torch.where(odd, torch.randn(n_rows, n_cols, generator=g) * small, x)
-    else:
-        raise ValueError(f"data must be randn or offset, got {data!r}")
-    w = (torch.rand(n_cols, generator=g) + 0.5).to(dtype)
-    b = torch.randn(n_cols, generator=g).to(dtype)
-    return x.to(dtype), w, b
-
-
-def layer_norm_tolerance(dtype, mean_ref, rstd_ref, w) -> tuple[float, float, float]:
-    """(atol, rtol, the error of an fp32 mean) for y: :data:`LN_TOLERANCES` plus what an fp32 mean costs. The
-    fp32 mean of n values around |mean| is off by up to about 2·log2(n) fp32 roundoffs of |mean| (a tree sum), and
-    y inherits that error times the row's rstd·|w|: it matters only for rows far from 0 ("offset")."""
-    atol, rtol, _ = LN_TOLERANCES[dtype]
-    per_row = 2 * math.log2(max(w.numel(), 2)) * 2.0**-24 * mean_ref.abs()
-    mean_err = float(per_row.max())
-    return atol + float((per_row * rstd_ref).max()) * float(w.abs().max()), rtol, mean_err
-
-
-def layer_norm_ref(x, w, b, eps):
-    """(y, mean, rstd) in fp64 on the CPU: y = (x - mean) / sqrt(var + eps) * w + b, var the biased variance."""
-    x64 = x.double().cpu()
-    mean = x64.mean(-1)
-    var = x64.var(-1, unbiased=False)
-    rstd = 1.0 / torch.sqrt(var + eps)
-    y = (x64 - mean[:, None]) * rstd[:, None] * w.double().cpu() + b.double().cpu()
-    return y, mean, rstd
-
-
-def _ln_candidates(x, w, b, eps, block_size):
-    """(y, cause) of the known mistakes, replayed in fp64."""
-    x64, w64, b64 = x.double().cpu(), w.double().cpu(), b.double().cpu()
-    n = x.shape[1]
-    mean = x64.mean(-1, keepdim=True)
-    var = x64.var(-1, unbiased=False, keepdim=True)
-    padded_var = (((x64 - mean) ** 2).sum(-1, keepdim=True) + (block_size - n) * mean**2) / n
-    norm = lambda m, v, e=eps: (x64 - m) / torch.sqrt(v + e)
-    out = [
-        (norm(mean, var) * w64, "the bias is missing: y = (x - mean) * rstd * w + b."),
-        (norm(mean, var) + b64, "the weight is missing: y = (x - mean) * rstd * w + b."),
-        (norm(mean, x64.var(-1, unbiased=True, keepdim=True)) * w64 + b64,
-         "the variance is divided by n_cols - 1: LayerNorm uses the biased variance, sum((x - mean)**2) / n_cols."),
-        ((x64 - mean) / (torch.sqrt(var) + eps) * w64 + b64,
-         "eps is added outside the square root: rstd = 1 / sqrt(var + eps) (it matters for rows whose variance is "
-         "of the order of eps, as half of these rows have)."),
-        (norm(mean, var, 0.0) * w64 + b64,
-         "eps is missing: rstd = 1 / sqrt(var + eps) (it matters for rows whose variance is of the order of eps, as "
-         "half of these rows have)."),
-        ((x64 - mean) * torch.sqrt(var + eps) * w64 + b64,
-         "(x - mean) is multiplied by sqrt(var + eps) instead of divided by it: rstd = 1 / sqrt(var + eps)."),
-        (norm(x64.sum(-1, keepdim=True) / block_size, var) * w64 + b64,
-         f"the mean is divided by BLOCK_SIZE = {block_size} instead of n_cols = {n}."),
-        (norm(mean, padded_var) * w64 + b64,
-         "the variance counts the masked-off lanes: they load as 0, so x - mean is -mean there. Zero them before "
-         "squaring: xc = tl.where(cols < n_cols, x - mean, 0.0)."),
-        (x64 / torch.sqrt(var + eps) * w64 + b64, "the mean is not subtracted: y = (x - mean) * rstd * w + b."),
-    ]
-    for e in (1e-5, 1e-6):
-        if not math.isclose(e, eps, rel_tol=1e-3):
-            out.append((norm(mean, var, e) * w64 + b64, f"eps is not the eps argument (here {eps:g}): the kernel uses "
-                                                        f"{e:g}. Use the eps the wrapper passes."))
-    return out
-
-
-def _ln_diagnose(y, x, w, b, eps, block_size, data, mean_k=None, rstd_k=None, tol=None):
-    yc = y.detach().double().cpu()
-    if (yc == UNWRITTEN).all():
-        return "nothing was written to y: is there a tl.store to y_ptr + row * stride_y_row + cols?"
-    if (yc == UNWRITTEN).any():
-        r, c = (yc == UNWRITTEN).nonzero()[0].tolist()
-        return (f"y[{r}, {c}] was never written: does each program store its whole row (mask cols < n_cols)?")
-    if torch.isnan(yc).any():
-        r, c = torch.isnan(yc).nonzero()[0].tolist()
-        return (f"y[{r}, {c}] is NaN: the kernel read outside x, w or b (the memory around them holds NaN in this "
-                "test). Mask the loads with cols < n_cols and use other=0.0.")
-    atol, rtol = tol if tol else LN_TOLERANCES[y.dtype][:2]
-    for cand, words in _ln_candidates(x, w, b, eps, block_size):
-        if torch.allclose(yc, cand.to(y.dtype).double(), atol=atol, rtol=rtol):
-            return words
-    _, mean_ref, rstd_ref = layer_norm_ref(x, w, b, eps)
-    if mean_k is not None and rstd_k is not None:
-        mk, rk = mean_k.detach().double().cpu(), rstd_k.detach().double().cpu()
-        mean_ok = torch.allclose(mk, mean_ref, atol=MEAN_DIAGNOSIS.atol * float(rstd_ref.reciprocal().min()),
-                                 rtol=MEAN_DIAGNOSIS.rtol)
-        rstd_ok = torch.allclose(rk, rstd_ref, atol=RSTD_DIAGNOSIS.atol, rtol=RSTD_DIAGNOSIS.rtol)
-        x64, w64, b64 = x.double().cpu(), w.double().cpu(), b.double().cpu()
-        own = (x64 - mk[:, None]) * rk[:, None] * w64 + b64  # y from the kernel's own statistics
-        consistent = torch.allclose(yc, own.to(y.dtype).double(), atol=10 * atol, rtol=10 * rtol)
-        if mean_ok and not rstd_ok and consistent:
-            if data == "offset":
-                return ("the rows are around +1000 here and the stored rstd is wrong while the mean is right: "
-                        "computing the variance as mean(x**2) - mean(x)**2 loses every digit to cancellation in fp32. "
-                        "Subtract the mean first: var = sum((x - mean)**2) / n_cols.")
-            return ("the stored mean is right but rstd is not (and y follows the wrong rstd): var = sum((x - mean)**2)"
-                    " / n_cols over the n_cols lanes only, rstd = 1 / sqrt(var + eps).")
-        if mean_ok and rstd_ok and not consistent:
-            return ("the stored mean and rstd are right but y is not: y = (x - mean) * rstd * w + b, with w and b "
-                    "loaded at w_ptr + cols and b_ptr + cols (the same for every row).")
-        if not mean_ok:
-            return "the stored mean is wrong: mean = sum(x) / n_cols over the n_cols lanes only (masked lanes load 0)."
-    return ("compare with the reference step by step: the mean over n_cols (masked lanes excluded), the biased "
-            "variance of x - mean, rstd = 1 / sqrt(var + eps), then (x - mean) * rstd * w + b, computed in fp32.")
+__all__ = ["check_layer_norm", "check_layer_norm_backward", "LAYER_NORM", "LN_BACKWARD", "SIGNATURES", "UNWRITTEN",
+           "LN_TOLERANCES", "LN_BACKWARD_TOLERANCES", "LN_STATS_TOLERANCE", "_ln_candidates", "_ln_diagnose",
+           "layer_norm_backward_ref", "layer_norm_ref", "layer_norm_tolerance", "make_ln_backward_inputs",
+           "make_ln_inputs"]
 
 
 def _vec(t, pad, device, fill=float("nan")):
@@ -230,8 +108,8 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
     for name, got, ref in (("mean", mean_v, mean_ref), ("rstd", rstd_v, rstd_ref)):
         ok, msg = compare(got, ref, atol=s_atol, rtol=s_rtol, name=name)
         if not ok:
-            raise KernelCheckError(f"Wrong {name} ({context}).\n{msg}\nLikely cause: the kernel must store each "
-                                   f"row's {name} (fp32) at {name}_ptr + row; the backward needs them.")
+            raise KernelCheckError(f"Wrong {name} ({context}).\n{msg}\nLikely cause: "
+                                   f"{_ln_stats_cause(name, got, ref, dtype)}")
     if fence_supported(device):
         (xf, kx), (wf, kw), (bf, kb) = (fenced_copy(t.to(device), "end") for t in (x, w, b))
         y2 = torch.empty(n_rows, n_cols, dtype=dtype, device=device)
@@ -250,29 +128,6 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
 
 
 # ----------------------------------------------------------------------------------- LayerNorm backward
-
-def layer_norm_backward_ref(x, w, b, dy, eps):
-    """(dx, dw, db) in fp64 by torch.autograd through the fp64 reference."""
-    x64 = x.double().cpu().requires_grad_()
-    w64 = w.double().cpu().requires_grad_()
-    b64 = b.double().cpu().requires_grad_()
-    y = torch.nn.functional.layer_norm(x64, (x.shape[1],), w64, b64, eps)
-    y.backward(dy.double().cpu())
-    return x64.grad, w64.grad, b64.grad
-
-
-def make_ln_backward_inputs(n_rows: int, n_cols: int, dtype: torch.dtype, seed: int):
-    """(x, w, b, dy): rows of x with means from -3 to 3 and stds from 0.5 to 4, so that every row has a mean and
-    an rstd of its own (a kernel reading row 0's statistics for every row is off)."""
-    g = generator(seed)
-    scale = 0.5 + 3.5 * torch.rand(n_rows, 1, generator=g)
-    shift = 6 * torch.rand(n_rows, 1, generator=g) - 3
-    x = (torch.randn(n_rows, n_cols, generator=g) * scale + shift).to(dtype)
-    w = (torch.rand(n_cols, generator=g) + 0.5).to(dtype)
-    b = torch.randn(n_cols, generator=g).to(dtype)
-    dy = torch.randn(n_rows, n_cols, generator=g).to(dtype)
-    return x, w, b, dy
-
 
 def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program: int = 4,
                               dtype: torch.dtype = torch.float32, *, eps: float = 1e-5, row_gap: int = 0,
