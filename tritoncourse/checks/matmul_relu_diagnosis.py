@@ -113,6 +113,43 @@ def _stride_mixup(out: torch.Tensor, views, bases) -> str:
     return ""
 
 
+def _advance_mixup(out: torch.Tensor, views, bases, block_k: int) -> str:
+    """Name pointers advanced along the wrong dimension each K step (A by BLOCK_K * stride_am, B by BLOCK_K *
+    stride_bn), replayed step by step on the guard buffers, if that explains ``out``; else ''."""
+    a, b, _ = views
+    ga, gb = bases
+    M, K = a.shape
+    N = b.shape[1]
+    steps = triton.cdiv(K, block_k)
+    sa, sb = tuple(a.stride()), tuple(b.stride())
+    a_right = _read_as(a, ga, sa, (M, steps * block_k))
+    b_right = _read_as(b, gb, sb, (steps * block_k, N))
+    a_wrong = _read_as(a, ga, sa, (M + steps * block_k, block_k))  # step t: rows t * BLOCK_K on
+    b_wrong = _read_as(b, gb, sb, (block_k, N + steps * block_k))  # step t: columns t * BLOCK_K on
+
+    def product(a_off: bool, b_off: bool) -> torch.Tensor:
+        total = torch.zeros(M, N)
+        for t in range(steps):
+            live = (t * block_k + torch.arange(block_k)) < K  # the K mask, other=0.0
+            at = a_wrong[t * block_k:t * block_k + M] if a_off else a_right[:, t * block_k:(t + 1) * block_k]
+            bt = b_wrong[:, t * block_k:t * block_k + N] if b_off else b_right[t * block_k:(t + 1) * block_k]
+            total += torch.where(live[None, :], at, 0.0) @ torch.where(live[:, None], bt, 0.0)
+        return total
+
+    if torch.isnan(out).all() or (out == 0).all():
+        return ""
+    for a_off, b_off, words in (
+            (False, True, "B's pointers move along N each K step: move them down BLOCK_K rows of B, b_ptrs += "
+                          "BLOCK_K * stride_bk (not stride_bn)"),
+            (True, False, "A's pointers move along M each K step: move them across BLOCK_K columns of A, a_ptrs "
+                          "+= BLOCK_K * stride_ak (not stride_am)"),
+            (True, True, "A's and B's pointers move along M and N each K step instead of along K: a_ptrs += "
+                         "BLOCK_K * stride_ak, b_ptrs += BLOCK_K * stride_bk")):
+        if _matches_poisoned(out, product(a_off, b_off)):
+            return words + "."
+    return ""
+
+
 def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int,
              block_k: int, views=None, layouts=("contiguous",) * 3, bases=None) -> str:
     """Guess the likely cause of wrong values, in a learner's words.
@@ -141,7 +178,7 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
                 "tl.arange(0, BLOCK_M) and columns pid_n * BLOCK_N + tl.arange(0, BLOCK_N), with the store "
                 "mask (rows < M) & (columns < N)?")
     if views is not None and bases is not None:
-        mixup = _stride_mixup(out, views, bases)
+        mixup = _stride_mixup(out, views, bases) or _advance_mixup(out, views, bases, block_k)
         if mixup:
             return mixup
     tail = _k_tail_unmasked(out, views, bases, block_k) if views is not None and bases is not None else ""
@@ -186,6 +223,11 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
     if _close(out, torch.relu(-lin)):
         return ("C holds relu(-(A @ B)): the ReLU is applied to the negated product. "
                 "Use tl.maximum(acc, 0.0).")
+    for relu_a, relu_b, which in ((True, True, "A and B"), (True, False, "A"), (False, True, "B")):
+        if _close(out, torch.relu(_linear(torch.relu(a) if relu_a else a, torch.relu(b) if relu_b else b))):
+            return (f"C matches relu(A @ B) with the ReLU also applied to the tiles of {which} as they are loaded: "
+                    "the ReLU acts on the product only. Apply tl.maximum(acc, 0.0) once, to the accumulator "
+                    "after the K loop, and leave the loaded tiles as they are.")
     if _close(out, _relu_in_loop(a, b, block_k)):
         return ("C matches a ReLU applied inside the K loop. Partial sums may be negative and become "
                 "positive later (here they do): accumulate the whole K loop first, then apply the ReLU "
