@@ -200,6 +200,11 @@ def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program
                  "every row uses row 0's mean and rstd: load them at mean_ptr + row and rstd_ptr + row."),
                 ((dy.double() - (xhat * (xhat * dy.double()).mean(-1, keepdim=True) + dy.double().mean(-1, True)))
                  * rs, "w is missing: the gradient reaching xhat is w·dy, so dx = (w·dy - (xhat·c1 + c2))·rstd."),
+                (wdy - (xhat * c1 + c2), "dx is not multiplied by rstd at the end: dx = (w·dy - (xhat·c1 + "
+                                         "c2))·rstd."),
+                ((wdy - (xhat * c1 + c2) * n_cols / block) * rs,
+                 f"c1 and c2 are divided by BLOCK_SIZE = {block} instead of n_cols = {n_cols}: the masked lanes are "
+                 "not part of the row (c1 = sum(xhat·w·dy)/n_cols, c2 = sum(w·dy)/n_cols)."),
             ]
             cause = next((words for cand, words in candidates
                           if torch.allclose(dxc, cand.to(dtype).double(), atol=atol, rtol=rtol)),
@@ -228,6 +233,10 @@ def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program
             if name == "dw" and torch.allclose(p.sum(0), (dy.double() * x.double()).sum(0), atol=atol * n_rows**0.5,
                                                rtol=rtol):
                 hint = "dw sums dy·x: it is the sum of dy·xhat, with xhat = (x - mean)·rstd."
+            if name == "dw" and torch.allclose(p.sum(0), (w.double() * dy.double() * xhat).sum(0),
+                                               atol=atol * n_rows**0.5, rtol=rtol):
+                hint = ("dw sums w·dy·xhat: w is not part of its own gradient. dL/dw is the sum over the rows of "
+                        "dy·xhat (w·dy is what reaches xhat, for dx).")
             raise KernelCheckError(f"Wrong {name} ({context}).\n{msg}\nLikely cause: {hint}")
     if fence_supported(device):
         # every input ends at an unreadable page: x, dy (rows n_cols apart), w, mean and rstd
