@@ -1,7 +1,7 @@
 """Phase 6's check module: are the tolerances tight enough to catch each known mistake on every tested shape, and
 loose enough for a correct fp32 computation; are the causes named right; does gpu_check know the phase?
 
-Fast: torch only (fp64 replays of the mistakes), except one small kernel launch on the interpreter.
+Fast: torch only (fp64 replays of the mistakes), except two small kernel launches on the interpreter.
 """
 import importlib
 import sys
