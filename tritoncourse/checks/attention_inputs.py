@@ -166,6 +166,11 @@ def attention_ref(q, k, v, causal: bool, sm_scale: float):
     return torch.softmax(s, -1) @ v.double().cpu(), torch.logsumexp(s, -1)
 
 
+def _score_roundoff(dtype: torch.dtype, device: str) -> float:
+    """The unit roundoff of the scores Q·Kᵀ: tf32's where a GPU's tl.dot rounds fp32 inputs to it, else fp32's."""
+    return TF32_ROUNDOFF if (dtype == torch.float32 and device == "cuda") else ROUNDOFF[torch.float32][0]
+
+
 def attention_tolerance(dtype: torch.dtype, device: str, max_score: float, max_v: float) -> tuple[float, float, str]:
     """(atol, rtol, why) for O: a relative error δ in the probabilities moves O by at most δ·max|V|.
 
@@ -173,7 +178,7 @@ def attention_tolerance(dtype: torch.dtype, device: str, max_score: float, max_v
     from rounding P to the input dtype before P @ V; the output's own rounding is the rtol.
     """
     u_out, why_out = ROUNDOFF[dtype]
-    u_dot = TF32_ROUNDOFF if (dtype == torch.float32 and device == "cuda") else 2.0**-24
+    u_dot = _score_roundoff(dtype, device)
     u_p = u_out if dtype in HALF else u_dot
     delta = 4 * (u_dot * max(max_score, 1.0) * 2 + u_p)
     atol = delta * max(max_v, 1.0) + 8 * u_out
@@ -191,7 +196,7 @@ def attention_tolerances(v: torch.Tensor, ref_lse: torch.Tensor, device: str) ->
     max_score = float(ref_lse.abs().max()) + math.log(ref_lse.shape[-1])
     atol, rtol, why = attention_tolerance(v.dtype, device, max_score, float(v.abs().max()))
     l_atol, l_rtol, _ = ATTENTION_LSE[device]
-    l_atol += 8 * (TF32_ROUNDOFF if (device == "cuda" and v.dtype == torch.float32) else 2.0**-24) * max_score
+    l_atol += 8 * _score_roundoff(v.dtype, device) * max_score
     return (atol, rtol), (l_atol, l_rtol), why
 
 
