@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+RESULTS = (ROOT / "docs" / "RESULTS.md").read_text()
 INSTRUCTORS = (ROOT / "docs" / "INSTRUCTORS.md").read_text()
 ASSIGNMENTS = re.search(r"^ASSIGNMENTS := (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
 
@@ -27,12 +28,12 @@ def tools():
         sys.path.remove(str(ROOT / "tools"))
 
 
-def test_readme_names_every_benchmark_section(tools):
+def test_results_doc_names_every_benchmark_section(tools):
     gpu_check, _ = tools
-    m = re.search(r"`--sections ([a-z_,]+)`\s*`([a-z_,]+)`", README)
-    assert m, "the README names no `--sections ...` list"
+    m = re.search(r"`--sections ([a-z_,]+)`\s*`([a-z_,]+)`", RESULTS)
+    assert m, "docs/RESULTS.md names no `--sections ...` list"
     assert (m.group(1) + m.group(2)).split(",") == list(gpu_check.BENCHMARKS), \
-        f"README's --sections list differs from tools/gpu_check.py's: {list(gpu_check.BENCHMARKS)}"
+        f"docs/RESULTS.md's --sections list differs from tools/gpu_check.py's: {list(gpu_check.BENCHMARKS)}"
 
 
 def test_grading_speed_is_rendered_from_its_record(tools):
@@ -114,3 +115,29 @@ def test_every_workflow_table_has_the_manual_grading_step():
     assert found, "docs/INSTRUCTORS.md has no workflow table"
     commands = README[README.index("make release   "):]
     assert commands.index("make grade ") < commands.index("Formgrader") < commands.index("make grades")
+
+
+def test_the_readme_is_short_and_names_only_what_exists():
+    """The README a newcomer reads in five minutes (issue 44): at most 150 lines; every `make TARGET` it names has a
+    rule in the Makefile, every course file or folder it names is there (but for the learner's workspace,
+    notebooks/, which `make lab` fills)."""
+    from tritoncourse.classroom.learner_files import MAKE_RE
+
+    assert len(README.splitlines()) <= 150, "the README grew: move the detail to docs/ or tests/README.md"
+    rules = set(re.findall(r"^([a-z][a-z0-9-]*):", (ROOT / "Makefile").read_text(), re.M))
+    assert set(MAKE_RE.findall(README)) <= rules, set(MAKE_RE.findall(README)) - rules
+    paths = re.findall(r"(?<![\w/.])((?:docs|tests|tools|source|release|results|requirements|docker|notebooks|"
+                       r"tritoncourse)/[\w./-]*[\w/])", README)
+    missing = [p for p in paths if not (ROOT / p).exists() and not p.startswith("notebooks/")]
+    assert paths and not missing, missing
+
+
+def test_the_readmes_make_test_time_is_the_latest_in_the_tests_history():
+    """The README gives one figure for `make test`; it is the last run tests/README.md records, within the goal."""
+    m = re.search(r"`make test` took (\d+) s \(under (\d+) minutes; pytest (\d+) s, (\d+) passed, (\d+) skipped\) "
+                  r"at commit (\w+)", README)
+    assert m, "the README gives no `make test` time"
+    total, minutes, pytest_s, passed, skipped, commit = m.groups()
+    assert int(total) < int(minutes) * 60 <= 20 * 60
+    history = " ".join((ROOT / "tests" / "README.md").read_text().split())
+    assert f"{commit} {total} s (pytest {pytest_s} s, {passed} passed, {skipped} skipped)" in history

@@ -1,15 +1,34 @@
-"""The README's GPU table and the notebooks' recorded results come from one file, never typed by hand."""
+"""The README's GPU summary, docs/RESULTS.md's tables and the notebooks' recorded results come from one file, never
+typed by hand."""
 from pathlib import Path
 
-from tritoncourse.benchmarking import README_START, load_results, render_readme, results_markdown
+from tritoncourse.benchmarking import (SUMMARY, SUMMARY_START, TABLES_START, load_results, render_readme,
+                                       render_results_doc, results_markdown, results_summary)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_results_block_is_generated_from_the_results_file():
-    readme = ROOT / "README.md"
-    assert README_START in readme.read_text()
+def test_readme_summary_and_results_tables_are_generated_from_the_results_file():
+    readme, doc = ROOT / "README.md", ROOT / "docs" / "RESULTS.md"
+    assert SUMMARY_START in readme.read_text() and TABLES_START in doc.read_text()
     assert render_readme(readme) == readme.read_text(), "README is stale: rerun `make gpu-check`"
+    assert render_results_doc(doc) == doc.read_text(), "docs/RESULTS.md is stale: rerun `make gpu-check`"
+    assert TABLES_START not in readme.read_text(), "the full tables belong in docs/RESULTS.md"
+
+
+def test_the_summary_has_a_line_for_each_phase_and_names_each_target_missed():
+    """Every line of SUMMARY finds its row in the record (a renamed column or a shape no longer measured would drop
+    it silently), and each target the record marks NOT met is named."""
+    results = load_results()
+    if results is None:
+        assert "No GPU results recorded yet" in results_summary()
+        return
+    text = results_summary(results)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == len(SUMMARY) and {r.split(" | ")[0][2:] for r in rows} == {"1", "2", "3", "4", "5", "6"}
+    missed = [n for t in results["benchmarks"].values() for n in t.get("notes", []) if n.endswith(": NOT met")]
+    for note in missed:
+        assert note.removesuffix(": NOT met") in text, note
 
 
 def test_results_file_names_gpu_versions_and_date_when_present():

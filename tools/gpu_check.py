@@ -17,7 +17,7 @@
                 the fused LayerNorm against a copy and torch; attention against every SDPA backend, naive torch
                 and torch.compile of it), profile (phase 4: torch.profiler's CUDA
                 kernels of eager and fused add-ReLU-scale). Results go to results/gpu-results.json,
-                and the README's results section is regenerated from it.
+                and docs/RESULTS.md's tables and the README's summary are regenerated from it.
 With no flag, all three. Logs and executed notebooks go to --out (default results/gpu-run/).
 
 This file keeps the command line, the environment record, the notebook and grading steps, BENCHMARKS (the sections
@@ -225,10 +225,11 @@ def main() -> int:
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(record, indent=1))
     (args.out / "gpu-results.json").write_text(json.dumps(record, indent=1))
-    from tritoncourse.benchmarking import render_readme
+    from tritoncourse.benchmarking import README_FILE, RESULTS_DOC, render_readme, render_results_doc
 
-    (ROOT / "README.md").write_text(render_readme(ROOT / "README.md", record))
-    log(f"wrote {RESULTS} and the README's results section")
+    README_FILE.write_text(render_readme(README_FILE, record))
+    RESULTS_DOC.write_text(render_results_doc(RESULTS_DOC, record))
+    log(f"wrote {RESULTS}, docs/RESULTS.md's tables and the README's summary")
     return 0
 
 

@@ -81,7 +81,7 @@ def _cell(v) -> str:
 
 
 def results_markdown(results: dict | None = None) -> str:
-    """The recorded GPU results as Markdown tables (the README's section is generated from this)."""
+    """The recorded GPU results as Markdown tables (docs/RESULTS.md's are generated from this)."""
     results = results if results is not None else load_results()
     if not results or "environment" not in results:
         return "No GPU results recorded yet: run `make gpu-check` on a machine with an NVIDIA GPU.\n"
@@ -114,15 +114,81 @@ def results_markdown(results: dict | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-README_START, README_END = "<!-- gpu-results:start -->", "<!-- gpu-results:end -->"
+# The README shows a summary (one line per phase, at one large shape); docs/RESULTS.md every table. Both are
+# regenerated from the results file by `make gpu-check` (tools/gpu_check.py) and checked by tests/test_results.py.
+README_FILE = RESULTS_FILE.parent.parent / "README.md"
+RESULTS_DOC = RESULTS_FILE.parent.parent / "docs" / "RESULTS.md"
+SUMMARY_START, SUMMARY_END = "<!-- gpu-summary:start -->", "<!-- gpu-summary:end -->"
+TABLES_START, TABLES_END = "<!-- gpu-results:start -->", "<!-- gpu-results:end -->"
+
+# (phase, kernel, section, the row's column values, the shape in words, the Triton figure, against torch, against
+# the roof): each figure a format string over the row (``{r[column]:.2f}``). A line whose row is gone is left out.
+SUMMARY = (
+    ("1", "vector add", "vector_add", {"n (fp32)": "2^26"}, "n = 2^26 fp32", "{r[Triton GB/s]:.0f} GB/s",
+     "{r[Triton/torch]:.2f}× `torch.add`", "{r[Triton/copy]:.2f}× a device copy"),
+    ("2", "softmax", "softmax", {"kernel": "softmax", "n_cols": 4096, "dtype": "float32"}, "16384 × 4096 fp32",
+     "{r[Triton GB/s]:.0f} GB/s", "{r[Triton/torch]:.2f}× `torch.softmax`", "{r[Triton/copy]:.2f}× a copy"),
+    ("2", "online softmax", "softmax", {"kernel": "online_softmax", "n_cols": 65536}, "1024 × 65536 fp32",
+     "{r[Triton GB/s]:.0f} GB/s", "{r[Triton/torch]:.2f}× `torch.softmax`", "{r[Triton/copy]:.2f}× a copy"),
+    ("3", "matmul + ReLU", "matmul_relu", {"M=N=K (fp16)": 4096}, "M = N = K = 4096 fp16",
+     "{r[Triton TFLOP/s]:.0f} TFLOP/s", "{r[Triton/relu(a@b)]:.2f}× `torch.relu(a @ b)`",
+     "{r[Triton/cuBLAS peak]:.2f}× cuBLAS's peak"),
+    ("4", "add, ReLU, scale fused", "add_relu_mul", {"n (fp32)": "2^27", "provider": "triton"}, "n = 2^27 fp32",
+     "{r[GB/s]:.0f} GB/s", "{r[vs eager]:.2f}× eager torch", "{r[of roof]:.2f}× a device copy"),
+    ("5", "autotuned matmul + ReLU", "autotuning", {"problem": "M=N=K=8192 fp16"}, "M = N = K = 8192 fp16",
+     "{r[autotuned]:.0f} TFLOP/s", "{r[autotuned/torch]:.2f}× `torch.relu(a @ b)`",
+     "{r[autotuned/cuBLAS]:.2f}× cuBLAS `a @ b`"),
+    ("6", "LayerNorm", "layer_norm", {"n_cols": 4096, "dtype": "float16"}, "32768 × 4096 fp16",
+     "{r[Triton GB/s]:.0f} GB/s", "{r[Triton/torch]:.2f}× `F.layer_norm`", "{r[Triton/copy]:.2f}× a copy"),
+    ("6", "attention (forward)", "fused_attention", {"head_dim": 128, "causal": False, "seq_len": 8192},
+     "batch 4, 8 heads, 8192 × 128 fp16", "{r[Triton TFLOP/s]:.0f} TFLOP/s",
+     "{r[Triton/FA2]:.2f}× SDPA's FlashAttention-2, {r[Triton/default]:.2f}× its default (cuDNN)",
+     "{r[Triton/cuBLAS peak]:.2f}× cuBLAS's peak"),
+)
 
 
-def render_readme(readme: Path, results: dict | None = None) -> str:
-    """README text with its GPU results block regenerated from the results file."""
-    text = readme.read_text()
-    head, _, rest = text.partition(README_START)
-    _, _, tail = rest.partition(README_END)
-    return f"{head}{README_START}\n{results_markdown(results)}{README_END}{tail}"
+def results_summary(results: dict | None = None) -> str:
+    """The README's summary of the recorded GPU results: one line per phase at one large shape, then the targets
+    that were not met. Every table: :func:`results_markdown` (docs/RESULTS.md)."""
+    results = results if results is not None else load_results()
+    if not results or "environment" not in results:
+        return "No GPU results recorded yet: run `make gpu-check` on a machine with an NVIDIA GPU.\n"
+    env, benchmarks = results["environment"], results.get("benchmarks", {})
+    lines = [f"Recorded by `make gpu-check` on an **{env['gpu']}** (torch {env['torch']}, triton {env['triton']}; "
+             f"last run {env['date']}): the reference kernels at one large shape each, medians of interleaved "
+             "`do_bench` runs. Every shape, provider and date: [docs/RESULTS.md](docs/RESULTS.md).", "",
+             "| phase | kernel | shape | Triton | against torch | against the roof |", "|---|---|---|---|---|---|"]
+    for phase, kernel, section, where, shape, *figures in SUMMARY:
+        table = benchmarks.get(section, {})
+        cols = table.get("columns", [])
+        row = next((r for r in table.get("rows", []) if all(k in cols and r[cols.index(k)] == v
+                                                           for k, v in where.items())), None)
+        if row is not None:
+            r = dict(zip(cols, row))
+            lines.append(f"| {phase} | {kernel} | {shape} | " + " | ".join(f.format(r=r) for f in figures) + " |")
+    notes = [(name, n) for name, t in benchmarks.items() for n in t.get("notes", []) if n.endswith(": met")
+             or n.endswith(": NOT met")]
+    missed = [f"{name}: {n.removesuffix(': NOT met')}" for name, n in notes if n.endswith(": NOT met")]
+    if notes:
+        lines += ["", f"Targets met: {len(notes) - len(missed)} of {len(notes)}."
+                  + (" Not met: " + "; ".join(missed) + "." if missed else "")]
+    return "\n".join(lines) + "\n"
+
+
+def _regenerated(text: str, start: str, end: str, body: str) -> str:
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    return f"{head}{start}\n{body}{end}{tail}"
+
+
+def render_readme(readme: Path = README_FILE, results: dict | None = None) -> str:
+    """README text with its GPU summary regenerated from the results file."""
+    return _regenerated(readme.read_text(), SUMMARY_START, SUMMARY_END, results_summary(results))
+
+
+def render_results_doc(doc: Path = RESULTS_DOC, results: dict | None = None) -> str:
+    """docs/RESULTS.md with its tables regenerated from the results file."""
+    return _regenerated(doc.read_text(), TABLES_START, TABLES_END, results_markdown(results))
 
 
 # ------------------------------------------------------------------------------- timers for the autotuner
