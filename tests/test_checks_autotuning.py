@@ -315,11 +315,11 @@ def test_widgets_and_tools_import_no_checks_module_and_no_check_owns_a_gpu_table
     owned = set(vars(gpus)) | {"cpu_do_bench", "steady_do_bench", "set_tuning_timer", "STEADY_WARMUP_MS"}
     owned = {n for n in owned if not n.startswith("_") and n not in {"annotations", "math", "dataclass"}}
     defined = []
-    for path in sorted((root / "tritoncourse" / "checks").glob("*.py")):
+    for path in sorted((root / "tritoncourse" / "checks").rglob("*.py")):
         lines = path.read_text().count("\n")
         assert lines <= 400, f"{path.relative_to(root)} has {lines} lines: split it by concern"
         for node in ast.parse(path.read_text()).body:
             targets = ([t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign)
                        else [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else [])
-            defined += [f"{path.name}: {n}" for n in targets if n in owned or "do_bench" in n]
+            defined += [f"{path.relative_to(root)}: {n}" for n in targets if n in owned or "do_bench" in n]
     assert not defined, f"checks modules define what gpus.py or benchmarking.py own: {defined}"

@@ -1,8 +1,10 @@
 """The package's three concerns stay apart (issue 18): the trust boundary (tritoncourse.grading), the instructor's
-workflow (tritoncourse.classroom) and the learner's own path (tritoncourse.learner), with no import cycles."""
+workflow (tritoncourse.classroom) and the learner's own path (tritoncourse.learner), with no import cycles. The checks
+are one package per phase, what the phases share in one place (issue 44)."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +27,8 @@ def _imports(path: Path) -> set[str]:
             else:
                 target = node.module or ""
             names = [f"{target}.{a.name}" for a in node.names]
-            out |= {n for n in names if (PACKAGE / Path(*n.split(".")[1:])).with_suffix(".py").exists()} or {target}
+            out |= {n for n in names if (PACKAGE / Path(*n.split(".")[1:])).with_suffix(".py").exists()
+                    or (PACKAGE / Path(*n.split(".")[1:]) / "__init__.py").exists()} or {target}
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
     return {m for m in out if m.startswith("tritoncourse")}
@@ -79,3 +82,39 @@ def test_learner_commands_load_nothing_of_the_instructors_workflow():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+CHECKS = PACKAGE / "checks"
+PHASES = re.search(r"^ASSIGNMENTS := (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+
+
+def test_checks_are_one_package_per_phase():
+    """checks/ holds a package per phase, named as its notebook imports it (01_vector_add: checks.vector_add), and
+    common/ for what several phases share; no flat module beside them, and no module named with a prefix of its
+    phase (softmax_inputs.py) inside: a phase's parts are its package's modules (softmax/inputs.py)."""
+    flat = sorted(p.name for p in CHECKS.glob("*.py"))
+    assert flat == ["__init__.py"], f"flat modules in checks/: {flat}; each belongs in its phase's package or common/"
+    packages = {p.name for p in CHECKS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert packages == {a.split("_", 1)[1] for a in PHASES} | {"common"}, packages
+    for folder in [CHECKS, *CHECKS.rglob("*")]:
+        if folder.is_dir() and folder.name != "__pycache__":
+            assert (folder / "__init__.py").exists(), f"{folder.relative_to(ROOT)} is not a package"
+    names = {p.stem for p in CHECKS.rglob("*.py")} | {p.name for p in CHECKS.rglob("*") if p.is_dir()}
+    prefixed = [str(p.relative_to(ROOT)) for p in CHECKS.rglob("*.py")
+                if any(p.stem.startswith(f"{n}_") for n in names | packages)]
+    assert not prefixed, f"modules named by a prefix, not placed in their package: {prefixed}"
+    for assignment in PHASES:
+        text = (ROOT / "source" / assignment / f"{assignment}.ipynb").read_text()
+        imported = set(re.findall(r"tritoncourse\.checks\.(\w+)", text))
+        assert imported == {assignment.split("_", 1)[1]}, (assignment, imported)
+
+
+def test_a_phases_checks_import_no_other_phases():
+    """A phase package imports, of the checks, only itself and common/; common/ imports no phase."""
+    for module, deps in _graph().items():
+        if not module.startswith("tritoncourse.checks."):
+            continue
+        own = module.split(".")[2]
+        others = {d for d in deps
+                  if d.startswith("tritoncourse.checks") and d.split(".")[2:3] not in ([own], ["common"])}
+        assert not others, f"{module} imports another phase's checks: {others}"

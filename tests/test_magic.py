@@ -10,7 +10,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from triton import CompilationError
 from triton.compiler.errors import UnsupportedLanguageConstruct
 
-from tritoncourse.checks import explain_launch_error
+from tritoncourse.checks.common.launch import explain_launch_error
 from tritoncourse.learner import magic
 
 SOLUTION = "@triton.jit\ndef triton_k_kernel(x_ptr, n):\n    tl.store(x_ptr, 1.0)\n"

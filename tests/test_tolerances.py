@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tritoncourse"
 TABLE = PACKAGE / "tolerances.py"
 # Where the checks judge and diagnose: literal atol/rtol arguments are not allowed here.
-CHECKING = [PACKAGE / "checking.py", *sorted((PACKAGE / "checks").glob("*.py"))]
+CHECKING = [PACKAGE / "checking.py", *sorted((PACKAGE / "checks").rglob("*.py"))]
 
 
 def entries():
@@ -42,7 +42,8 @@ def test_every_entry_has_numbers_and_a_reason():
 def test_the_checks_use_the_tables_entries():
     """The checks' old names are the table's entries, not copies."""
     from tritoncourse import checking
-    from tritoncourse.checks import attention, autotuning, layer_norm, matmul_relu, softmax
+    from tritoncourse.checks import autotuning, matmul_relu, softmax
+    from tritoncourse.checks.fused_attention import attention, layer_norm
 
     assert checking.TOLERANCES is tolerances.DEFAULT
     assert softmax.TOLERANCES is tolerances.SOFTMAX

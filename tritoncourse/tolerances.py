@@ -52,7 +52,7 @@ MATMUL_RELU = Tolerance(
 )
 
 # ---- phase 6: fused LayerNorm, against an fp64 reference, by dtype (the check adds what an fp32 mean of a row far
-# from 0 costs: checks.layer_norm.layer_norm_tolerance)
+# from 0 costs: checks.fused_attention.layer_norm.layer_norm_tolerance)
 LAYER_NORM = {
     torch.float32: Tolerance(2e-5, 2e-5, "fp32 results differ from an fp64 reference by rounding only: the mean and "
                                          "the variance of up to a few thousand values, and one multiply-add"),
@@ -72,8 +72,8 @@ LAYER_NORM_BACKWARD = {
 }
 
 # ---- phase 6: attention. O's tolerance is derived per test from these unit roundoffs (half an ulp, relative) and
-# the test's largest score and |V| (checks.attention.attention_tolerance); LSE's from ATTENTION_LSE plus the
-# scores' rounding (8 unit roundoffs of the largest score).
+# the test's largest score and |V| (checks.fused_attention.attention.attention_tolerance); LSE's from ATTENTION_LSE
+# plus the scores' rounding (8 unit roundoffs of the largest score).
 ROUNDOFF = {
     torch.float32: (2.0**-24, "fp32 keeps 24 significant bits"),
     torch.float16: (2.0**-11, "fp16 keeps 11 significant bits: the output is rounded once to fp16, and so are the "

@@ -22,7 +22,7 @@ import socket
 import struct
 import sys
 
-PRELOAD = ("numpy", "torch", "triton", "triton.language", "tritoncourse.checking", "tritoncourse.checks",
+PRELOAD = ("numpy", "torch", "triton", "triton.language", "tritoncourse.checking", "tritoncourse.checks.common.launch",
            "tritoncourse.grading.rpc", "tritoncourse.grading.runner", "tritoncourse.grading.judge")
 ENTRIES = ("runner", "judge")
 # A pipe the zygote's SIGCHLD writes to (signal.set_wakeup_fd): a child's end wakes the loop at once, instead of at

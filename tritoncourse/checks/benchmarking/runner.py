@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from ..checking import KernelCheckError, fresh_seed, generator
-from .functions import _close, _fmt, call, expect_value_error, require_function
+from ...checking import KernelCheckError, fresh_seed, generator
+from ..common.functions import _close, _fmt, call, expect_value_error, require_function
 
 
 # ---------------------------------------------------------------------------------- benchmark runner

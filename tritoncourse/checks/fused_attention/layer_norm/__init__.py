@@ -5,7 +5,7 @@
     triton_layer_norm_backward_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_partial_ptr,
                                       db_partial_ptr, stride_row, n_rows, n_cols, ROWS_PER_PROGRAM, BLOCK_SIZE)
 
-Like the attention checks (:mod:`.attention`): inputs inside NaN, outputs inside sentinels, an fp64 reference, then
+Like the attention checks (:mod:`..attention`): inputs inside NaN, outputs inside sentinels, an fp64 reference, then
 a second run with every input (x, w, b; the backward's dy, x, w, mean, rstd) ending at an unreadable page. The data
 make every term of the formula matter: half the rows have a variance far below eps's scale (std 1e-3 to 1e-2, so
 eps moves rstd by 5% or more) and the others a variance that dwarfs it, with means 2 to 3 in size.
@@ -15,16 +15,16 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed, stage
-from ..device import infer_device
-from ..tolerances import (LAYER_NORM as LN_TOLERANCES, LAYER_NORM_BACKWARD as LN_BACKWARD_TOLERANCES,
-                          LAYER_NORM_STATS as LN_STATS_TOLERANCE)
-from . import launch, require_triton_kernel
+from ....checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed, stage
+from ....device import infer_device
+from ....tolerances import (LAYER_NORM as LN_TOLERANCES, LAYER_NORM_BACKWARD as LN_BACKWARD_TOLERANCES,
+                            LAYER_NORM_STATS as LN_STATS_TOLERANCE)
+from ...common.launch import launch, require_triton_kernel
 # The inputs, references and diagnoses live in their own modules; the notebook's checks.fused_attention imports
 # them (and LN_TOLERANCES) from here.
-from .layer_norm_diagnosis import _ln_candidates, _ln_diagnose, _ln_stats_cause
-from .layer_norm_inputs import (LAYER_NORM, LN_BACKWARD, SIGNATURES, UNWRITTEN, layer_norm_backward_ref,
-                                layer_norm_ref, layer_norm_tolerance, make_ln_backward_inputs, make_ln_inputs)
+from .diagnosis import _ln_candidates, _ln_diagnose, _ln_stats_cause
+from .inputs import (LAYER_NORM, LN_BACKWARD, SIGNATURES, UNWRITTEN, layer_norm_backward_ref,
+                     layer_norm_ref, layer_norm_tolerance, make_ln_backward_inputs, make_ln_inputs)
 
 __all__ = ["check_layer_norm", "check_layer_norm_backward", "LAYER_NORM", "LN_BACKWARD", "SIGNATURES", "UNWRITTEN",
            "LN_TOLERANCES", "LN_BACKWARD_TOLERANCES", "LN_STATS_TOLERANCE", "_ln_candidates", "_ln_diagnose",

@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from ..checking import KernelCheckError, fresh_seed, generator
-from .functions import _close, _fmt, _number, call, expect_value_error, require_function
+from ...checking import KernelCheckError, fresh_seed, generator
+from ..common.functions import _close, _fmt, _number, call, expect_value_error, require_function
 
 
 # ------------------------------------------------------------------------------------------ rates

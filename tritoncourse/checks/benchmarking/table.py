@@ -11,8 +11,8 @@ import statistics
 
 import torch
 
-from ..checking import KernelCheckError, fresh_seed, generator
-from .functions import REL, _close, _fmt, _number, call, require_function
+from ...checking import KernelCheckError, fresh_seed, generator
+from ..common.functions import REL, _close, _fmt, _number, call, require_function
 
 MEMORY, COMPUTE = "memory-bound", "compute-bound"
 ROW_KEYS = ("provider", "ms", "gbps", "tflops", "vs_eager", "vs_compile", "roof")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..tolerances import MATMUL_RELU as TOLERANCE  # (atol, rtol, why): C fp16 against an fp32 reference
-from .matmul_relu_inputs import UNWRITTEN, _linear, _relu_in_loop
+from ...tolerances import MATMUL_RELU as TOLERANCE  # (atol, rtol, why): C fp16 against an fp32 reference
+from .inputs import UNWRITTEN, _linear, _relu_in_loop
 
 # ----------------------------------------------------------------------------------------- diagnosis
 def _close(actual: torch.Tensor, candidate: torch.Tensor) -> bool:

@@ -11,8 +11,8 @@ from typing import Callable
 
 import torch
 
-from ..checking import KernelCheckError, compare, fence_supported, fenced_copy, guarded_copy, guarded_empty, stage
-from ..tolerances import DIAGNOSIS
+from ...checking import KernelCheckError, compare, fence_supported, fenced_copy, guarded_copy, guarded_empty, stage
+from ...tolerances import DIAGNOSIS
 
 def check_elementwise(kernel_name: str, inputs: dict[str, torch.Tensor], expected: torch.Tensor, block_size: int,
                       run: Callable[..., None], diagnose: Callable[[torch.Tensor], str], *, context: str,

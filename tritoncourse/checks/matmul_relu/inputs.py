@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from ..checking import OUTPUT_SENTINEL, Guarded, compare, fenced_copy, generator, guarded_copy, guarded_empty
-from ..tolerances import MATMUL_RELU as TOLERANCE  # (atol, rtol, why): C fp16 against an fp32 reference
+from ...checking import OUTPUT_SENTINEL, Guarded, compare, fenced_copy, generator, guarded_copy, guarded_empty
+from ...tolerances import MATMUL_RELU as TOLERANCE  # (atol, rtol, why): C fp16 against an fp32 reference
 
 NAME = "triton_matmul_relu_kernel"
 SIGNATURE = ("triton_matmul_relu_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, "

@@ -17,22 +17,22 @@ Wrong values are explained by replaying the usual mistakes on the same inputs (n
 padding with 0, a running sum that is not rescaled, only the first tile, the wrong stride ...) and
 naming the one that reproduces the kernel's output.
 
-The inputs, buffers and references are :mod:`.softmax_inputs`'s, the replayed mistakes and their causes
-:mod:`.softmax_diagnosis`'s; this module runs the checks and re-exports both.
+The inputs, buffers and references are :mod:`.inputs`'s, the replayed mistakes and their causes
+:mod:`.diagnosis`'s; this module runs the checks and re-exports both.
 """
 from __future__ import annotations
 
 import torch
 import triton
 
-from ..checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fresh_seed, generator, stage
-from ..device import infer_device
-from ..tolerances import SOFTMAX as TOLERANCES  # (atol, rtol, why) by output dtype; fp64 reference
-from . import explain_launch_error, launch, require_triton_kernel
-from .softmax_diagnosis import _explain_backward, _explain_online, _explain_softmax, _explain_stray_stores, _unwritten
-from .softmax_inputs import (BACKWARD, BACKWARD_GAPS, DATA, FORWARD_GAPS, ONLINE, SIGNATURES, SOFTMAX, UNWRITTEN,
-                             FencedRows, Rows, _Case, _pad_after, _strides, make_rows, softmax_backward_ref,
-                             softmax_ref)
+from ...checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fresh_seed, generator, stage
+from ...device import infer_device
+from ...tolerances import SOFTMAX as TOLERANCES  # (atol, rtol, why) by output dtype; fp64 reference
+from ..common.launch import explain_launch_error, launch, require_triton_kernel
+from .diagnosis import _explain_backward, _explain_online, _explain_softmax, _explain_stray_stores, _unwritten
+from .inputs import (BACKWARD, BACKWARD_GAPS, DATA, FORWARD_GAPS, ONLINE, SIGNATURES, SOFTMAX, UNWRITTEN,
+                     FencedRows, Rows, _Case, _pad_after, _strides, make_rows, softmax_backward_ref,
+                     softmax_ref)
 
 
 def _tolerance(dtype: torch.dtype) -> tuple[float, float]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checking import Fenced
+from ...checking import Fenced
 
 SOFTMAX = "triton_softmax_kernel"
 ONLINE = "triton_online_softmax_kernel"

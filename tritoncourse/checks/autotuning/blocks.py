@@ -6,13 +6,13 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed, generator,
-                        stage)
-from ..device import infer_device
-from ..gpus import describe
-from ..tolerances import SOFTMAX as SOFTMAX_TOLERANCES  # phase 2's rows
-from .autotuning_configs import SOFTMAX, VECTOR_ADD, _configs, autotuner_of, block_limit_problems
-from .autotuning_launch import Strided, _config_meta, _launch, _runnable
+from ...checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
+                         generator, stage)
+from ...device import infer_device
+from ...gpus import describe
+from ...tolerances import SOFTMAX as SOFTMAX_TOLERANCES  # phase 2's rows
+from .configs import SOFTMAX, VECTOR_ADD, _configs, autotuner_of, block_limit_problems
+from .launch import Strided, _config_meta, _launch, _runnable
 
 # ---------------------------------------------------------------------------------------------- softmax
 SOFTMAX_TOLERANCE = SOFTMAX_TOLERANCES[torch.float32]  # (atol, rtol, why) for fp32 rows, as phase 2's

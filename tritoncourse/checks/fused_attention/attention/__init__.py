@@ -21,24 +21,24 @@ On a failure the message names the likely cause, found by replaying known mistak
 missing, the scale wrong, a causal mask off by one or tile-local, masked scores 0 instead of -inf, the key pointers
 not advanced, keys past one tile never seen, a tensor addressed with another's strides, ...).
 
-The buffers, inputs, reference and tolerance are :mod:`.attention_inputs`'s, the replays and causes
-:mod:`.attention_diagnosis`'s; this module runs the check and re-exports both.
+The buffers, inputs, reference and tolerance are :mod:`.inputs`'s, the replays and causes
+:mod:`.diagnosis`'s; this module runs the check and re-exports both.
 """
 from __future__ import annotations
 
 import torch
 import triton
 
-from ..checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fresh_seed, stage
-from ..device import infer_device
-from ..tolerances import ATTENTION_LSE as LSE_TOLERANCE, ROUNDOFF, TF32_ROUNDOFF  # unit roundoffs; LSE's tolerance
-from . import launch, require_triton_kernel
-from .attention_diagnosis import (_attention_diagnose, _input_stride_replays, _lse_diagnose, _output_stride_cause,
-                                  _replays, _scale_candidates, _tiled)
-from .attention_inputs import (DTYPES, HALF, LAYOUT_WORDS, LAYOUTS, MIN_BLOCK, PRESETS, ROW_LETTER, TENSORS, Placed,
-                               attention_ref, attention_tolerance, attention_tolerances, layouts_of, make_qkv, place,
-                               place_fenced, place_inputs, place_output)
-from .layer_norm import UNWRITTEN
+from ....checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fresh_seed, stage
+from ....device import infer_device
+from ....tolerances import ATTENTION_LSE as LSE_TOLERANCE, ROUNDOFF, TF32_ROUNDOFF  # unit roundoffs; LSE's tolerance
+from ...common.launch import launch, require_triton_kernel
+from .diagnosis import (_attention_diagnose, _input_stride_replays, _lse_diagnose, _output_stride_cause,
+                        _replays, _scale_candidates, _tiled)
+from .inputs import (DTYPES, HALF, LAYOUT_WORDS, LAYOUTS, MIN_BLOCK, PRESETS, ROW_LETTER, TENSORS, Placed,
+                     attention_ref, attention_tolerance, attention_tolerances, layouts_of, make_qkv, place,
+                     place_fenced, place_inputs, place_output)
+from ..layer_norm import UNWRITTEN
 
 ATTENTION = "triton_attention_kernel"
 SIGNATURE = ("triton_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, stride_qb, stride_qh, stride_qm, "

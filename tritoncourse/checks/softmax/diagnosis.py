@@ -9,9 +9,9 @@ import math
 
 import torch
 
-from ..checking import KernelCheckError
-from ..tolerances import SOFTMAX_DIAGNOSIS  # looser closeness: which replayed mistake the output is
-from .softmax_inputs import UNWRITTEN, Rows, _Case
+from ...checking import KernelCheckError
+from ...tolerances import SOFTMAX_DIAGNOSIS  # looser closeness: which replayed mistake the output is
+from .inputs import UNWRITTEN, Rows, _Case
 
 
 # ---------------------------------------------------------------------------------------------------

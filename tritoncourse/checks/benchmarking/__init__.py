@@ -16,27 +16,27 @@ inverted ratio, the ratio of the medians, ...) give values that differ from the 
 named in the message. Every number comes from the test's seed (TRITONCOURSE_SEED reproduces it).
 
 The kernel's check lives here; the function checks in the module of their concern, re-exported here for the
-notebook and the grader: :mod:`.benchmarking_costs` (rates and cost models), :mod:`.benchmarking_runner`
-(``run_benchmark`` and its fake providers and timer), :mod:`.benchmarking_table` (the comparison table and the
-roofline), and :mod:`.functions` (calling the learner's plain functions, shared with phase 5).
+notebook and the grader: :mod:`.costs` (rates and cost models), :mod:`.runner`
+(``run_benchmark`` and its fake providers and timer), :mod:`.table` (the comparison table and the
+roofline), and :mod:`..common.functions` (calling the learner's plain functions, shared with phase 5).
 """
 from __future__ import annotations
 
 import torch
 import triton
 
-from ..checking import fresh_seed, generator
-from ..device import infer_device
-from ..tolerances import DIAGNOSIS
-from . import launch, require_triton_kernel
-from .benchmarking_costs import (COST_MODELS, check_add_relu_mul_cost, check_costs_reject_bad_sizes, check_gbps,
-                                 check_matmul_relu_cost, check_rates_reject_bad_input, check_softmax_cost, check_tflops)
-from .benchmarking_runner import (FakeBench, check_run_benchmark_correctness, check_run_benchmark_interleaved,
-                                  check_run_benchmark_rejects_bad_input, check_run_benchmark_times)
-from .benchmarking_table import (CASES, COMPUTE, MEMORY, ROW_KEYS, _table_times, check_classify, check_roof_tflops,
-                                 check_table_rates, check_table_roof, check_table_speedups)
-from .elementwise import check_elementwise, diagnose_blocks
-from .functions import REL, _fmt, call, expect_value_error, require_function
+from ...checking import fresh_seed, generator
+from ...device import infer_device
+from ...tolerances import DIAGNOSIS
+from ..common.launch import launch, require_triton_kernel
+from .costs import (COST_MODELS, check_add_relu_mul_cost, check_costs_reject_bad_sizes, check_gbps,
+                    check_matmul_relu_cost, check_rates_reject_bad_input, check_softmax_cost, check_tflops)
+from .runner import (FakeBench, check_run_benchmark_correctness, check_run_benchmark_interleaved,
+                     check_run_benchmark_rejects_bad_input, check_run_benchmark_times)
+from .table import (CASES, COMPUTE, MEMORY, ROW_KEYS, _table_times, check_classify, check_roof_tflops,
+                    check_table_rates, check_table_roof, check_table_speedups)
+from ..common.elementwise import check_elementwise, diagnose_blocks
+from ..common.functions import REL, _fmt, call, expect_value_error, require_function
 
 KERNEL = "triton_add_relu_mul_kernel"
 SIGNATURE = ("triton_add_relu_mul_kernel(x_ptr, bias_ptr, output_ptr, scale, n_elements, "

@@ -2,7 +2,7 @@
 
 Q, K, V and O in buffers of their own layouts (contiguous, guard rows between heads, a permuted (batch, seq,
 heads, dim) view, a slice of a fused QKV projection), fenced copies for the interpreter's electric fence, fresh
-inputs, the fp64 reference and its tolerance. :mod:`.attention` runs the check; :mod:`.attention_diagnosis` names
+inputs, the fp64 reference and its tolerance. The package (:mod:`..attention`) runs the check; :mod:`.diagnosis` names
 the likely cause of a failure.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ import math
 
 import torch
 
-from ..checking import OUTPUT_SENTINEL, fenced_copy, generator
-from ..tolerances import ATTENTION_LSE, ROUNDOFF, TF32_ROUNDOFF  # unit roundoffs; LSE's tolerance
-from .layer_norm import UNWRITTEN
+from ....checking import OUTPUT_SENTINEL, fenced_copy, generator
+from ....tolerances import ATTENTION_LSE, ROUNDOFF, TF32_ROUNDOFF  # unit roundoffs; LSE's tolerance
+from ..layer_norm import UNWRITTEN
 
 LAYOUTS = ("contiguous", "padded", "bshd", "fused")
 LAYOUT_WORDS = {"contiguous": "contiguous", "padded": "with guard rows between the heads",

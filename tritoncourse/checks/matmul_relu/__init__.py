@@ -16,21 +16,21 @@ Layouts ("contiguous", "padded", "transposed") put each matrix in a different me
 kernel must follow the stride arguments. On a failure the message names the likely cause, found by
 comparing the output with what known mistakes would have produced on the same inputs.
 
-The inputs, layouts and reference are :mod:`.matmul_relu_inputs`'s, the replayed mistakes and their causes
-:mod:`.matmul_relu_diagnosis`'s; this module launches and checks, and re-exports both.
+The inputs, layouts and reference are :mod:`.inputs`'s, the replayed mistakes and their causes
+:mod:`.diagnosis`'s; this module launches and checks, and re-exports both.
 """
 from __future__ import annotations
 
 import torch
 import triton
 
-from ..checking import KernelCheckError, compare, fence_supported, fresh_seed, stage
-from ..device import infer_device
-from . import explain_launch_error, launch, require_triton_kernel
-from .matmul_relu_diagnosis import _stride_hint, _swapped_ids_unwritten, diagnose
-from .matmul_relu_inputs import (LAYOUTS, MIN_BLOCK, NAME, PATTERNS, SIGNATURE, TOLERANCE, UNWRITTEN, _fenced, _linear,
-                                 _pad, _place, _place_output, _relu_in_loop, _where, dropped_k_output, make_inputs,
-                                 matmul_relu_ref, tolerance_catches)
+from ...checking import KernelCheckError, compare, fence_supported, fresh_seed, stage
+from ...device import infer_device
+from ..common.launch import explain_launch_error, launch, require_triton_kernel
+from .diagnosis import _stride_hint, _swapped_ids_unwritten, diagnose
+from .inputs import (LAYOUTS, MIN_BLOCK, NAME, PATTERNS, SIGNATURE, TOLERANCE, UNWRITTEN, _fenced, _linear,
+                     _pad, _place, _place_output, _relu_in_loop, _where, dropped_k_output, make_inputs,
+                     matmul_relu_ref, tolerance_catches)
 
 
 # ------------------------------------------------------------------------------------------ launching

@@ -3,15 +3,15 @@ autotuner behind a learner's kernel, its config list, its key, and the hardware 
 
 These checks read the autotuner (``.configs``, ``.keys``, ``.arg_names``) and launch nothing. The two predicates
 behind the hardware-limits checks (:func:`matmul_limit_problems`, :func:`block_limit_problems`) also decide which
-configs the every-config checks run (:mod:`.autotuning_launch`). The hardware's numbers are :mod:`tritoncourse.gpus`'s.
+configs the every-config checks run (:mod:`.launch`). The hardware's numbers are :mod:`tritoncourse.gpus`'s.
 """
 from __future__ import annotations
 
-from ..checking import KernelCheckError, stage
-from ..gpus import (MAX_BLOCK_NUMEL, MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_PROGRAM, MIN_DOT_BLOCK,
-                    SHARED_MEMORY_DATACENTER, SHARED_MEMORY_SMALLEST, WARP_SIZE, describe, matmul_accumulator_registers,
-                    matmul_shared_memory)
-from . import require_triton_kernel
+from ...checking import KernelCheckError, stage
+from ...gpus import (MAX_BLOCK_NUMEL, MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_PROGRAM, MIN_DOT_BLOCK,
+                     SHARED_MEMORY_DATACENTER, SHARED_MEMORY_SMALLEST, WARP_SIZE, describe,
+                     matmul_accumulator_registers, matmul_shared_memory)
+from ..common.launch import require_triton_kernel
 
 MIN_CONFIGS = 2
 MAX_CONFIGS = 32  # each config is compiled (about a second on a GPU) and timed, for every new key value
@@ -44,7 +44,7 @@ def is_autotuner(kernel) -> bool:
     """Whether ``kernel`` is what ``@triton.autotune`` makes (here, or in the runner process)."""
     from triton.runtime.autotuner import Autotuner
 
-    from ..grading.rpc import RemoteAutotuner
+    from ...grading.rpc import RemoteAutotuner
 
     return isinstance(kernel, (Autotuner, RemoteAutotuner))
 

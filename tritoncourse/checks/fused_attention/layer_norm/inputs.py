@@ -5,8 +5,8 @@ import math
 
 import torch
 
-from ..checking import generator
-from ..tolerances import LAYER_NORM as LN_TOLERANCES
+from ....checking import generator
+from ....tolerances import LAYER_NORM as LN_TOLERANCES
 
 UNWRITTEN = -54272.0  # what every output element holds before the kernel runs: exact in fp32, fp16 and bf16
 LAYER_NORM = "triton_layer_norm_kernel"

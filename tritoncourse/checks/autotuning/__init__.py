@@ -18,22 +18,22 @@ a GPU; :func:`tritoncourse.benchmarking.cpu_do_bench` is a wall-clock timer the 
 the CPU) give the autotuner instead.
 
 The notebook and the grader import every check from here; each lives in the module of its concern:
-:mod:`.autotuning_configs` (names, the autotuner, config space, key, hardware limits), :mod:`.autotuning_launch`
-(running one config, the guarded matrix), :mod:`.autotuning_matmul` (the matmul + ReLU, its order and its
-autotuner), :mod:`.autotuning_blocks` (every config of the softmax and the vector add) and :mod:`.programs_per_sm`
+:mod:`.configs` (names, the autotuner, config space, key, hardware limits), :mod:`.launch`
+(running one config, the guarded matrix), :mod:`.matmul` (the matmul + ReLU, its order and its
+autotuner), :mod:`.blocks` (every config of the softmax and the vector add) and :mod:`.programs_per_sm`
 (section 9). The GPUs' numbers are :mod:`tritoncourse.gpus`'s, the timers :mod:`tritoncourse.benchmarking`'s.
 """
 from __future__ import annotations
 
-from .autotuning_blocks import SOFTMAX_TOLERANCE, check_every_softmax_config, check_every_vector_add_config
-from .autotuning_configs import (DATACENTER_LIST, MATMUL, MAX_CONFIGS, META, MIN_CONFIGS, SHAPES, SIGNATURES, SOFTMAX,
-                                 VECTOR_ADD, autotuner_of, block_limit_problems, check_autotune_key,
-                                 check_block_configs_fit, check_config_space, check_matmul_configs_fit, is_autotuner,
-                                 jit_of, matmul_limit_problems)
-from .autotuning_launch import Strided
-from .autotuning_matmul import (MATMUL_TOLERANCE, ORDERS, UNWRITTEN, check_autotuned_matmul_relu,
-                                check_every_matmul_config, check_matmul_autotuner, check_matmul_relu_grouped_order,
-                                diagnose_matmul, grouped_tile, make_matmul_inputs, matmul_relu_ref)
+from .blocks import SOFTMAX_TOLERANCE, check_every_softmax_config, check_every_vector_add_config
+from .configs import (DATACENTER_LIST, MATMUL, MAX_CONFIGS, META, MIN_CONFIGS, SHAPES, SIGNATURES, SOFTMAX,
+                      VECTOR_ADD, autotuner_of, block_limit_problems, check_autotune_key,
+                      check_block_configs_fit, check_config_space, check_matmul_configs_fit, is_autotuner,
+                      jit_of, matmul_limit_problems)
+from .launch import Strided
+from .matmul import (MATMUL_TOLERANCE, ORDERS, UNWRITTEN, check_autotuned_matmul_relu,
+                     check_every_matmul_config, check_matmul_autotuner, check_matmul_relu_grouped_order,
+                     diagnose_matmul, grouped_tile, make_matmul_inputs, matmul_relu_ref)
 from .programs_per_sm import KNOWN_KERNELS, PROGRAMS_PER_SM, check_programs_per_sm
 
 __all__ = ["MATMUL", "SOFTMAX", "VECTOR_ADD", "SIGNATURES", "META", "SHAPES", "MIN_CONFIGS", "MAX_CONFIGS",

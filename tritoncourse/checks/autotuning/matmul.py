@@ -11,14 +11,14 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..benchmarking import cpu_do_bench
-from ..checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed, generator,
-                        stage)
-from ..device import infer_device
-from ..gpus import describe
-from ..tolerances import MATMUL_RELU as MATMUL_TOLERANCE  # phase 3's C
-from .autotuning_configs import MATMUL, META, _configs, autotuner_of, jit_of, matmul_limit_problems
-from .autotuning_launch import Strided, _config_meta, _explained, _launch, _runnable
+from ...benchmarking import cpu_do_bench
+from ...checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
+                         generator, stage)
+from ...device import infer_device
+from ...gpus import describe
+from ...tolerances import MATMUL_RELU as MATMUL_TOLERANCE  # phase 3's C
+from .configs import MATMUL, META, _configs, autotuner_of, jit_of, matmul_limit_problems
+from .launch import Strided, _config_meta, _explained, _launch, _runnable
 
 # ---------------------------------------------------------------------------------------------- matmul
 UNWRITTEN = float(torch.tensor(OUTPUT_SENTINEL, dtype=torch.float16))

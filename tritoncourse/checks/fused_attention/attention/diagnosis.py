@@ -8,9 +8,9 @@ import math
 
 import torch
 
-from ..checking import OUTPUT_SENTINEL
-from .attention_inputs import LAYOUT_WORDS, ROW_LETTER, TENSORS, Placed, attention_ref
-from .layer_norm import UNWRITTEN
+from ....checking import OUTPUT_SENTINEL
+from .inputs import LAYOUT_WORDS, ROW_LETTER, TENSORS, Placed, attention_ref
+from ..layer_norm import UNWRITTEN
 
 # ------------------------------------------------------------------------------------------ replays
 def _tiled(q, k, v, causal, sm_scale, block_n, *, rescale_acc=True, rescale_l=True, drop_last=False,

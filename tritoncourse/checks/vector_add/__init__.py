@@ -4,11 +4,11 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..checking import fresh_seed, generator
-from ..tolerances import DIAGNOSIS
-from ..device import infer_device
-from . import launch, require_triton_kernel
-from .elementwise import check_elementwise, diagnose_blocks
+from ...checking import fresh_seed, generator
+from ...tolerances import DIAGNOSIS
+from ...device import infer_device
+from ..common.launch import launch, require_triton_kernel
+from ..common.elementwise import check_elementwise, diagnose_blocks
 
 NAME = "triton_vector_add_kernel"
 SIGNATURE = "triton_vector_add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr)"

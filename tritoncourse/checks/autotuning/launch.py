@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checking import KernelCheckError, stage
-from ..gpus import describe
-from . import explain_launch_error
-from .autotuning_configs import META, SIGNATURES
+from ...checking import KernelCheckError, stage
+from ...gpus import describe
+from ..common.launch import explain_launch_error
+from .configs import META, SIGNATURES
 
 def _runnable(name: str, configs, problems: dict[int, list[str]], required: tuple = ()) -> list[int]:
     """The configs an every-config check runs: each must set the `required` meta-parameters; those that break

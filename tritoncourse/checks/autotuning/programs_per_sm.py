@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-from ..checking import KernelCheckError, fresh_seed, stage
-from ..gpus import GPU, GPUS, WARP_SIZE, gpu_limits, occupancy
+from ...checking import KernelCheckError, fresh_seed, stage
+from ...gpus import GPU, GPUS, WARP_SIZE, gpu_limits, occupancy
 
 # ------------------------------------------------------------------------ the learner's programs_per_sm
 PROGRAMS_PER_SM = "programs_per_sm"
@@ -72,7 +72,7 @@ def check_programs_per_sm(programs_per_sm, count: int = 0, seed: int | None = No
     ``count`` random cases over the GPUs of :data:`GPUS`."""
     import random
 
-    from .functions import _fmt, call, require_function
+    from ..common.functions import _fmt, call, require_function
 
     require_function(programs_per_sm, PROGRAMS_PER_SM)
     seed = fresh_seed() if seed is None else seed

@@ -7,8 +7,8 @@ import math
 
 import torch
 
-from ..tolerances import DIAGNOSIS, LAYER_NORM as LN_TOLERANCES, MEAN_DIAGNOSIS, ROUNDOFF, RSTD_DIAGNOSIS
-from .layer_norm_inputs import UNWRITTEN, layer_norm_ref
+from ....tolerances import DIAGNOSIS, LAYER_NORM as LN_TOLERANCES, MEAN_DIAGNOSIS, ROUNDOFF, RSTD_DIAGNOSIS
+from .inputs import UNWRITTEN, layer_norm_ref
 
 def _ln_candidates(x, w, b, eps, block_size):
     """(y, cause) of the known mistakes, replayed in fp64."""
