@@ -807,6 +807,9 @@ class HostileClass:
     def __init__(self, tmp: Path, template: Path):
         self.marker = "m" + secrets.token_hex(8)
         self.token = "AKIA" + secrets.token_hex(8).upper()  # a fake key in the grader's environment
+        # and secrets under the course's own prefixes, which once passed into the sandboxes whole (sandbox_config.py)
+        self.planted = {"TRITONCOURSE_GRADEBOOK_PASSWORD": "pg" + secrets.token_hex(8),
+                        "PYTORCH_SECRET_HOOK": "pt" + secrets.token_hex(8)}
         self.listener = Listener()
         self.fixtures = [Fixture.load(p) for p in sorted(HOSTILE.glob("*.py")) if not ONLY_HOSTILE or p.stem in ONLY_HOSTILE]
         self.private = {name: f"private note of {name}: {secrets.token_hex(8)}" for name in ("aaa_before", "zzz_after")}
@@ -868,7 +871,7 @@ class HostileClass:
 
     def grade(self, kind: str) -> None:
         course = self.courses[kind]
-        env = _env(course.path, AWS_SECRET_ACCESS_KEY=self.token, **HOSTILE_LIMITS)
+        env = _env(course.path, AWS_SECRET_ACCESS_KEY=self.token, **self.planted, **HOSTILE_LIMITS)
         if kind == "nbgrader":
             cmd = [sys.executable, "-m", "nbgrader", "autograde", A, "--force", "--log-level=INFO"]
         else:
@@ -911,7 +914,7 @@ class HostileClass:
         plain = normal(text.replace("\\n", "\n").replace('\\"', '"'))
         found = [s for s in self.secrets if s in plain]
         found += [note for note in self.private.values() if note in text]
-        found += [s for s in (self.token, "CREATE TABLE grade", "SQLite format 3") if s in text]
+        found += [s for s in (self.token, *self.planted.values(), "CREATE TABLE grade", "SQLite format 3") if s in text]
         return found
 
 

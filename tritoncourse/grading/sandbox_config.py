@@ -12,11 +12,16 @@ PACKAGE = Path(__file__).resolve().parent.parent  # tritoncourse/
 OPT_OUT_ENV = "TRITONCOURSE_UNSANDBOXED_GRADING"
 OPT_OUT_VALUE = "i-accept-that-learners-can-forge-grades"
 INSTALL_COMMAND = "sudo apt-get install -y bubblewrap"
-# Environment variables a sandboxed process may inherit (everything else, tokens and keys included, is dropped).
+# Environment variables a sandboxed process may inherit, by exact name: an allow-list, never a prefix (every other
+# variable is dropped: the gradebook's URL and password, the judge zygote's socket, the hub's and any other token,
+# every other TRITONCOURSE_* setting of the grader's own). Of the course's own, only what code inside reads:
+# TRITONCOURSE_HEADLESS (the widgets: draw once, no live picture) and torch's allocator settings (the runner under
+# compute-sanitizer needs PYTORCH_NO_CUDA_MEMORY_CACHING; isolated.py sets it there). TRITONCOURSE_SEED stays out:
+# the seed is the judge's, and no sandboxed process draws from it (the notebook runs no test under autograde).
 PASS_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "TRITON_INTERPRET", "NBGRADER_EXECUTION",
             "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "LD_LIBRARY_PATH",
-            "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-PASS_PREFIXES = ("TRITONCOURSE_", "PYTORCH_")
+            "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "TRITONCOURSE_HEADLESS", "PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_CUDA_ALLOC_CONF")
 UID_BASE = 61000
 # "off": no cgroup (rlimits and the watchdog only); a cgroup2 folder: make the sandboxes' cgroups there (delegated to
 # the grader, with the memory and pids controllers); unset or "auto": found as sandbox_cgroups._cgroup_plan says.
@@ -65,8 +70,7 @@ def python_path_dirs(env=os.environ) -> list[str]:
 
 def sandbox_env(extra: dict | None = None, env=os.environ) -> dict:
     """The environment a sandboxed process gets: the allowed variables of ``env`` plus ``extra``."""
-    out = {k: v for k, v in env.items() if k in PASS_ENV or k.startswith(PASS_PREFIXES)}
-    out.pop(OPT_OUT_ENV, None)
+    out = {k: v for k, v in env.items() if k in PASS_ENV}
     if python_path_dirs(env):
         out["PYTHONPATH"] = os.pathsep.join(python_path_dirs(env))
     out.update(extra or {})
