@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import subprocess  # noqa: F401  (isolated.subprocess: the tests watch the processes started through it)
 import sys
 import tempfile
@@ -161,7 +162,10 @@ def _run_pair(jcmd, jenv, jdir: Path, judge_zygote, rcmd, renv, rdir: Path, zygo
     then give the runner a moment to leave. Returns (runner's code, judge's code); the judge's is None when the
     time limit stopped it."""
     judge = _Child(jcmd, jdir, jenv, jdir / "judge-out.txt", "judge", judge_zygote)
-    runner = _Child(rcmd, rdir, renv, rdir / "out.txt", "runner", zygote, sandbox)
+    # The runner's output: a zygote's child (inside the sandbox) writes it in the shared folder, copied into the
+    # grader's folder afterwards; a plain process writes through a descriptor the grader opened in its own folder.
+    shared_out = sandbox.shared / f"{rdir.name}.out" if sandbox is not None and zygote is not None else None
+    runner = _Child(rcmd, rdir, renv, rdir / "out.txt", "runner", zygote, sandbox, zygote_out=shared_out)
     deadline = time.monotonic() + timeout
     told = False
     try:
@@ -185,20 +189,47 @@ def _run_pair(jcmd, jenv, jdir: Path, judge_zygote, rcmd, renv, rdir: Path, zygo
             if child.poll() is None:
                 child.kill()
             child.close()
+        if runner.zygote is not None and shared_out is not None:
+            _copy_output(shared_out, rdir / "out.txt")
+
+
+def _copy_output(src: Path, dest: Path, limit: int = (1 << 20) + 1) -> None:
+    """The runner's output, written by a sandboxed process in the shared folder, copied into the grader's folder:
+    read without following a link (the shared folder's own path is the grader's), at most ``limit`` bytes of a
+    regular file, then removed by name."""
+    data = b""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    if fd is not None:
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                data = os.read(fd, limit)
+        finally:
+            os.close(fd)
+    with os.fdopen(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600),
+                   "wb") as f:
+        f.write(data)
+    with contextlib.suppress(OSError):
+        os.unlink(src)  # unlink never follows the last component; the folder above is the grader's
 
 
 @contextlib.contextmanager
 def _workdir(sandbox):
-    """A test's private folder: a temporary one, or one inside the learner's sandbox (removed afterwards)."""
+    """A test's private folder: a temporary one, or the grader's own folder in the learner's sandbox (read-only
+    inside, removed afterwards) and what the runner wrote in the shared folder."""
     if sandbox is None:
         with tempfile.TemporaryDirectory(prefix="tritoncourse-") as tmp:
             yield tmp
         return
-    path = sandbox.private_dir("test-")
+    path = sandbox.grader_dir("test-")
     try:
         yield str(path)
     finally:
         shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(sandbox.shared / f"{path.name}.out")
 
 
 

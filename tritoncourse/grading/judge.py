@@ -27,17 +27,24 @@ def _write(verdict: dict) -> None:
 
 
 def _listen(runner_dir: str, judge_dir: str) -> socket.socket:
-    """The listening socket in the runner's folder, bound by a relative name (socket names are short)."""
+    """The listening socket in the runner's folder, bound by a relative name (socket names are short).
+
+    In grading that folder is the grader's own (``Sandbox.grader_dir``: bound read-only into the sandbox, no
+    sandboxed process can replace it or anything in it). The socket is made connectable by the sandbox's user
+    through the umask at bind time (0666), never by a chmod of a path, which would follow a link put in its place."""
     from tritoncourse.grading.runner import SOCKET_NAME
 
     here = os.getcwd()
     os.chdir(runner_dir)
     try:
-        if os.path.lexists(SOCKET_NAME):
+        if os.path.lexists(SOCKET_NAME):  # a retried test's (unlink never follows a link)
             os.unlink(SOCKET_NAME)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(SOCKET_NAME)
-        os.chmod(SOCKET_NAME, 0o666)
+        mask = os.umask(0o111)
+        try:
+            sock.bind(SOCKET_NAME)
+        finally:
+            os.umask(mask)
         sock.listen(1)
     finally:
         os.chdir(here)

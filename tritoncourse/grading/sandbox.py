@@ -14,7 +14,11 @@ What a sandboxed process sees (docs/INSTRUCTORS.md, "Threat model"):
   course's helper package (``tritoncourse/``) alone, at their own paths; nothing else of the course: no
   ``source/``, gradebook, ``nbgrader_config.py``, ``submitted/`` or ``autograded/``, no instructor's home;
 - writable: a private ``/tmp`` (a tmpfs of ``Limits.disk_mb``) and the sandbox's own ``shared`` folder (kernel
-  connection files, the check's work folder, the notebook's working folder), watched for size;
+  connection files, the notebook's working folder, a runner's output), watched for size;
+- read-only, the grader's own: the ``private`` folder beside ``shared`` (each kernel test's folder: the learner's
+  definitions, the judge's socket). Nothing the grader (root, outside) opens, binds, writes, chmods or chowns lies in
+  a folder a sandboxed process can write, but for what it makes directly in ``shared`` without following a link
+  (``private_dir``, :func:`read_bounded`);
 - no network: a network namespace of its own (loopback only, none of the host's ports); the notebook's kernel
   talks to the grader over Unix sockets in ``shared``;
 - a user that is not the instructor's: as root, a uid of the sandbox's own (61000 + a random number, no
@@ -183,6 +187,11 @@ class Sandbox(SandboxCommandLine, SandboxLimits):
         self.root = Path(tempfile.mkdtemp(prefix=f"tritoncourse-sandbox-{safe}-", dir=self.base))
         self.shared = self.root / "shared"
         self.shared.mkdir()
+        # The grader's own folders (each kernel test's: definitions, the judge's socket), bound read-only inside:
+        # nothing the grader opens, binds, writes or removes by path lies in a folder a sandboxed process can write.
+        self.private = self.root / "private"
+        self.private.mkdir(mode=0o755)
+        self.private.chmod(0o755)
         self.root.chmod(0o755)
         self.uid = UID_BASE + secrets.randbelow(1_000_000_000) if _is_root() else None
         self.cgroups: list[Path] = []  # the cgroup folders made for this sandbox (removed at close)

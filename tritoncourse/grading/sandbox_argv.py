@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -44,11 +45,39 @@ class SandboxCommandLine:
         return inner
 
     def private_dir(self, prefix: str) -> Path:
-        """A new folder inside the shared folder, owned by the sandbox's user (a check's work folder)."""
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.shared))
-        path.chmod(0o755)
-        if self.uid is not None:
-            os.chown(path, self.uid, self.uid)
+        """A new folder directly in the shared folder, owned by the sandbox's user (the notebook's working folder).
+
+        Made without following a link a sandboxed process may have planted: the shared folder (its own path is the
+        grader's) opened once, the folder made in it by name and then changed through its own descriptor (``fchmod``,
+        ``fchown``), never again by path."""
+        shared = os.open(self.shared, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for _ in range(100):
+                name = prefix + secrets.token_hex(6)
+                try:
+                    os.mkdir(name, 0o700, dir_fd=shared)
+                    break
+                except FileExistsError:
+                    continue
+            else:
+                raise FileExistsError(f"no free name for a folder {prefix}* in {self.shared}")
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=shared)
+        finally:
+            os.close(shared)
+        try:
+            os.fchmod(fd, 0o755)
+            if self.uid is not None:
+                os.fchown(fd, self.uid, self.uid)
+        finally:
+            os.close(fd)
+        return self.shared / name
+
+    def grader_dir(self, prefix: str) -> Path:
+        """A new folder in the grader's own ``private`` folder (a kernel test's: the learner's definitions, the
+        judge's socket): the grader's, 0755, bound read-only inside, so that no sandboxed process (as the sandbox's
+        uid, or as the grader's own uid in a user namespace) can replace anything in it or on its path."""
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.private))
+        path.chmod(0o755)  # by path: no sandboxed process can write the folders above it
         return path
 
     def argv(self, command: list[str], *, cwd: str | Path | None = None, env: dict | None = None,
@@ -92,6 +121,9 @@ class SandboxCommandLine:
             made.add(path)
             mounted.add(path)
         args += self._parents(str(self.shared), made, mounted) + ["--bind", str(self.shared), str(self.shared)]
+        if getattr(self, "private", None) is not None:  # the grader's own folders, read-only inside
+            args += self._parents(str(self.private), made, mounted) + ["--ro-bind", str(self.private),
+                                                                       str(self.private)]
         args += ["--chdir", str(cwd or self.shared), "--clearenv"]
         for key, value in sorted(inner.items()):
             args += ["--setenv", key, str(value)]

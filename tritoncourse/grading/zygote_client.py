@@ -194,18 +194,22 @@ def _start_zygote(entry: str) -> _Zygote | None:
 class _Child:
     """A judge or a runner: a zygote's child or a plain process, polled and killed the same way."""
 
-    def __init__(self, cmd, cwd, env, out: Path, entry: str, zygote: _Zygote | None, sandbox=None):
+    def __init__(self, cmd, cwd, env, out: Path, entry: str, zygote: _Zygote | None, sandbox=None,
+                 zygote_out: Path | None = None):
+        """``out``: the output file in a folder of the grader's own (made here for a plain process, which writes
+        through the descriptor it inherits: in a sandbox nothing is opened or chowned where a sandboxed process could
+        plant a link). ``zygote_out``: where a zygote's child writes instead (a sandboxed zygote cannot write the
+        grader's folder; the caller copies it), default ``out``."""
         self.zygote, self.rid, self.proc, self.sandbox = None, None, None, sandbox
         if zygote is not None:
             try:
-                self.rid = zygote.start(str(cwd), env, str(out), entry)
+                self.rid = zygote.start(str(cwd), env, str(zygote_out or out), entry)
                 self.zygote = zygote
                 return
             except (RuntimeError, OSError, ValueError):  # no zygote, or it died: a plain fresh process
                 pass
-        self._out = open(out, "wb")
-        if sandbox is not None and sandbox.uid is not None:
-            os.chown(out, sandbox.uid, sandbox.uid)
+        self._out = os.fdopen(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                      0o600), "wb")
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=env if sandbox is None else None, stdin=subprocess.DEVNULL,
                                      stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
         if sandbox is not None:
