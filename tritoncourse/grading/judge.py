@@ -89,6 +89,25 @@ def _test_frames(err: BaseException, test_path: str) -> str:
     return "".join(traceback.format_list(frames[-2:]))
 
 
+def _bounded(device: str):
+    """Bound this judge's memory and CPU time (sandbox_limits.JudgeLimits); past its CPU time the test fails, said
+    so. Its wall-clock time is the test's (isolated.py stops it at the test's time limit)."""
+    import signal
+
+    from tritoncourse.grading.sandbox_limits import JudgeLimits
+
+    limits = JudgeLimits.from_env()
+    limits.apply(gpu=device != "cpu")
+
+    def past_cpu_time(signum, frame):
+        _write({"ok": False, "kind": "timeout", "message": f"The test used more than {limits.cpu_seconds} s of the "
+                                                             "grader's CPU time and was stopped; the test fails."})
+        os._exit(1)
+
+    signal.signal(signal.SIGXCPU, past_cpu_time)
+    return limits
+
+
 def main(judge_dir: str) -> int:
     from tritoncourse.device import infer_device
 
@@ -100,8 +119,9 @@ def main(judge_dir: str) -> int:
     import triton.language as tl
 
     from tritoncourse.checking import KernelCheckError, stage
-    from tritoncourse.grading.rpc import ChannelClosed, Channel, ProtocolError, RemoteError
+    from tritoncourse.grading.rpc import ChannelClosed, Channel, LimitExceeded, OutOfMemory, ProtocolError, RemoteError
 
+    limits = _bounded(device)
     test_path = os.path.join(judge_dir, "test_cell.py")
     runner_dir = os.environ["TRITONCOURSE_RUNNER_DIR"]
     stage("starting your kernels' process")
@@ -110,7 +130,7 @@ def main(judge_dir: str) -> int:
     if conn is None:
         _write({"ok": False, "kind": "runner-lost", "message": ""})
         return 1
-    channel = Channel(conn, role="judge")
+    channel = Channel(conn, role="judge", limits=limits)
     ns = {"__name__": "__kernel_test__", "torch": torch, "triton": triton, "tl": tl, "math": math, "DEVICE": device}
     try:
         header, hello, _ = channel._recv()
@@ -132,6 +152,17 @@ def main(judge_dir: str) -> int:
         return 1
     except ChannelClosed:
         _write({"ok": False, "kind": "runner-lost", "message": ""})
+        return 1
+    except LimitExceeded as err:
+        _write({"ok": False, "kind": "fail", "message": f"Your kernels' process sent {err.sent} bytes ({err.what}) "
+                                                          f"where the grader expected at most {err.allowed}; the test "
+                                                          "fails.\nLikely cause: a value far larger than the test "
+                                                          "needs (a list, string or tensor returned or defined)."})
+        return 1
+    except (MemoryError, OutOfMemory):
+        _write({"ok": False, "kind": "fail", "message": f"Judging what your kernels' process sent took the grader past "
+                                                          f"its {limits.memory_words(device != 'cpu')}; the test "
+                                                          "fails."})
         return 1
     except ProtocolError as err:
         _write({"ok": False, "kind": "fail", "message": f"Your kernels' process sent the grader something it cannot "

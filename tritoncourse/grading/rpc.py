@@ -25,22 +25,30 @@ import torch
 
 from ..checking import FENCED
 from .rpc_proxies import (Remote, RemoteAutotuner, RemoteFunction, RemoteJit, _kind_of, _proxy_class,
-                          jit_types)
-from .rpc_wire import (BLOB_LIMIT, HEADER_LIMIT, ChannelClosed, ProtocolError, RemoteError, _as_bytes,
-                       _fenced_storage, _storage_bytes, describe_error, make_error, recv_message, send_message)
+                          _sync_in_place, jit_types)
+from .rpc_wire import (BLOB_LIMIT, HEADER_LIMIT, Budget, ChannelClosed, LimitExceeded, OutOfMemory, ProtocolError,
+                       RemoteError, _as_bytes, _fenced_storage, _storage_bytes, describe_error, make_error,
+                       recv_message, send_message)
 
 # What the judge, the runner, the checks and the tests import from here.
-__all__ = ["Channel", "ChannelClosed", "ProtocolError", "RemoteError", "Remote", "RemoteJit", "RemoteAutotuner",
-           "RemoteFunction", "jit_types", "make_error", "describe_error", "send_message", "recv_message",
-           "HEADER_LIMIT", "BLOB_LIMIT"]
+__all__ = ["Channel", "ChannelClosed", "ProtocolError", "LimitExceeded", "OutOfMemory", "RemoteError", "Remote",
+           "RemoteJit", "RemoteAutotuner", "RemoteFunction", "jit_types", "make_error", "describe_error",
+           "send_message", "recv_message", "HEADER_LIMIT", "BLOB_LIMIT"]
 
 
 class Channel:
     """One side of the channel. ``serve`` handles the peer's requests; ``request`` makes one and waits."""
 
-    def __init__(self, sock: socket.socket, *, role: str, learner_files: set[str] | None = None):
+    def __init__(self, sock: socket.socket, *, role: str, learner_files: set[str] | None = None, limits=None):
         self.sock = sock
         self.role = role  # "judge" | "runner"
+        if role == "judge" and limits is None:
+            from .sandbox_limits import JudgeLimits
+
+            limits = JudgeLimits.from_env()
+        self.limits = limits  # the judge's: what a message from the runner may carry (None: the runner's, unbounded)
+        self.waiting: list[tuple[int, int]] = []  # (header, storage) bytes of each request awaiting its reply
+        self.sent_header = 0  # the bytes of the last request's header
         self.learner_files = learner_files or set()
         self.objects: dict[int, object] = {}  # ref -> object exposed to the peer
         self.ids: dict[int, int] = {}  # id(object) -> ref
@@ -188,8 +196,21 @@ class Channel:
         if not isinstance(dtype, torch.dtype):
             raise ProtocolError("a tensor of an unknown dtype")
         storage = made[index]
-        t = torch.empty(0, dtype=dtype, device=storage.device).set_(storage, int(spec["offset"]),
-                                                                    tuple(spec["shape"]), tuple(spec["stride"]))
+        shape, stride, offset = spec["shape"], spec["stride"], spec["offset"]
+        if not (isinstance(shape, list) and isinstance(stride, list) and len(shape) == len(stride) <= 64
+                and all(type(v) is int and v >= 0 for v in [*shape, *stride, offset])):
+            raise ProtocolError("a tensor whose shape, strides or offset are not sizes")
+        numel = 1
+        for n in shape:
+            numel *= n
+        if self.limits is not None and numel * dtype.itemsize > storage.nbytes() + (self.limits.reply_extra_mb << 20):
+            # a view far larger than its bytes (strides of 0): whatever the checks did with it would allocate that
+            raise LimitExceeded(numel * dtype.itemsize, storage.nbytes() + (self.limits.reply_extra_mb << 20),
+                                "a tensor")
+        try:
+            t = torch.empty(0, dtype=dtype, device=storage.device).set_(storage, offset, tuple(shape), tuple(stride))
+        except RuntimeError as err:  # a view past the end of its storage
+            raise ProtocolError(f"a tensor outside its storage ({str(err)[:200]})") from None
         self.received[id(t)] = (int(spec["ref"]), t)
         return t
 
@@ -202,11 +223,29 @@ class Channel:
         header = dict(header, body=body,
                       storages={str(s["index"]): {"nbytes": s["nbytes"], "device": s["device"], "fence": s["fence"]}
                                 for s in storages.values()})
-        send_message(self.sock, header, blobs)
+        self.sent_header = send_message(self.sock, header, blobs)
         return storages
 
+    def _budget(self) -> Budget | None:
+        """What the next message from the runner may carry (the judge's side; None on the runner's): a header of
+        ``header_kb`` plus twice the headers of the requests awaiting replies (a call's reply repeats its arguments
+        as the call left them), and no more storages than those requests sent (each comes back once) plus
+        ``reply_extra_mb`` (a value the runner made)."""
+        if self.limits is None:
+            return None
+        return Budget(header=(self.limits.header_kb << 10) + 2 * sum(h for h, _ in self.waiting),
+                      blobs=(self.limits.reply_extra_mb << 20) + sum(b for _, b in self.waiting))
+
     def _recv(self) -> tuple[dict, dict, dict]:
-        header, blobs = recv_message(self.sock)
+        try:
+            header, blobs = recv_message(self.sock, self._budget())
+            return self._decode_message(header, blobs)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:  # a field missing or mistyped
+            raise ProtocolError(f"a malformed value ({type(err).__name__}: {str(err)[:200]})") from None
+        except MemoryError:
+            raise OutOfMemory() from None
+
+    def _decode_message(self, header: dict, blobs: list) -> tuple[dict, dict, dict]:
         meta = header.get("storages", {})
         if not isinstance(meta, dict):
             raise ProtocolError("a malformed message")
@@ -225,20 +264,24 @@ class Channel:
         """Ask the peer to do ``op`` on its object ``ref``; serve the peer's requests until the answer comes."""
         values = {str(i): a for i, a in enumerate(args)}
         sent = self._send({"op": op, "ref": ref}, values)
-        while True:
-            header, reply, raw = self._recv()
-            if "op" in header:
+        self.waiting.append((self.sent_header, sum(s["nbytes"] for s in sent.values())))
+        try:
+            while True:
+                header, reply, raw = self._recv()
+                if "op" not in header:
+                    break
                 self._serve_one(header, reply, raw)
-                continue
-            self._write_back(sent, header, raw["blobs"])
-            if op == "call" and "after" in reply:  # lists and dicts the call changed in place change here too
-                _sync_in_place([args[0], args[1]], reply["after"])
-            if self.pending is not None:
-                pending, self.pending = self.pending, None
-                raise pending
-            if "error" in header:
-                raise make_error(header["error"] if isinstance(header["error"], dict) else {})
-            return reply.get("value")
+        finally:
+            self.waiting.pop()
+        self._write_back(sent, header, raw["blobs"])
+        if op == "call" and "after" in reply:  # lists and dicts the call changed in place change here too
+            _sync_in_place([args[0], args[1]], reply["after"])
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            raise pending
+        if "error" in header:
+            raise make_error(header["error"] if isinstance(header["error"], dict) else {})
+        return reply.get("value")
 
     def _write_back(self, sent: dict, header: dict, blobs: list) -> None:
         """Copy the storages the peer sent back (after a call that carried tensors) into ours, in place."""
@@ -324,38 +367,6 @@ class Channel:
                 _synchronize()
             return result
         raise ProtocolError(f"an unknown operation {op!r}")
-
-
-def _sync_in_place(originals, after, depth: int = 0) -> None:
-    """Make the judge's own lists and dicts (arguments of a call) what the runner's copies became: a learner's
-    function that sorts its input in place has sorted the judge's, as it would have in one process."""
-    if depth > 20:
-        return
-    if isinstance(originals, list) and isinstance(after, list):
-        for i, (o, a) in enumerate(zip(originals, after)):
-            if isinstance(o, (list, dict, tuple)):
-                _sync_in_place(o, a, depth + 1)
-                if isinstance(o, tuple) or type(o) is not type(a):
-                    if not isinstance(o, tuple):
-                        originals[i] = a
-            elif not isinstance(o, torch.Tensor):
-                originals[i] = a
-        if depth and len(originals) != len(after):
-            originals[:] = after
-    elif isinstance(originals, tuple) and isinstance(after, tuple):
-        for o, a in zip(originals, after):
-            if isinstance(o, (list, dict, tuple)):
-                _sync_in_place(o, a, depth + 1)
-    elif isinstance(originals, dict) and isinstance(after, dict):
-        for key in list(originals):
-            if key not in after:
-                del originals[key]
-        for key, a in after.items():
-            o = originals.get(key)
-            if isinstance(o, (list, dict, tuple)) and type(o) is type(a):
-                _sync_in_place(o, a, depth + 1)
-            elif not isinstance(o, torch.Tensor):
-                originals[key] = a
 
 
 def _sendable_callback(value) -> bool:

@@ -2,8 +2,11 @@
 proxy (a learner's @triton.jit kernel, autotuned kernel or plain function in the runner; a judge's timer in the
 judge) forwards attribute reads, writes, calls and indexing over the channel. :func:`jit_types` is the one test of
 what a Triton kernel is, shared by the channel (:func:`_kind_of`) and the checks (``checks.require_triton_kernel``).
+:func:`_sync_in_place` gives a call through a proxy the in-place effects it would have had in one process.
 """
 from __future__ import annotations
+
+import torch
 
 
 class Remote:
@@ -83,3 +86,35 @@ def _kind_of(obj) -> str:
     if isinstance(obj, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
         return "function"
     return "object"
+
+
+def _sync_in_place(originals, after, depth: int = 0) -> None:
+    """Make the judge's own lists and dicts (arguments of a call) what the runner's copies became: a learner's
+    function that sorts its input in place has sorted the judge's, as it would have in one process."""
+    if depth > 20:
+        return
+    if isinstance(originals, list) and isinstance(after, list):
+        for i, (o, a) in enumerate(zip(originals, after)):
+            if isinstance(o, (list, dict, tuple)):
+                _sync_in_place(o, a, depth + 1)
+                if isinstance(o, tuple) or type(o) is not type(a):
+                    if not isinstance(o, tuple):
+                        originals[i] = a
+            elif not isinstance(o, torch.Tensor):
+                originals[i] = a
+        if depth and len(originals) != len(after):
+            originals[:] = after
+    elif isinstance(originals, tuple) and isinstance(after, tuple):
+        for o, a in zip(originals, after):
+            if isinstance(o, (list, dict, tuple)):
+                _sync_in_place(o, a, depth + 1)
+    elif isinstance(originals, dict) and isinstance(after, dict):
+        for key in list(originals):
+            if key not in after:
+                del originals[key]
+        for key, a in after.items():
+            o = originals.get(key)
+            if isinstance(o, (list, dict, tuple)) and type(o) is type(a):
+                _sync_in_place(o, a, depth + 1)
+            elif not isinstance(o, torch.Tensor):
+                originals[key] = a

@@ -48,6 +48,55 @@ class Limits:
         return max(16384, self.disk_mb * 64)
 
 
+@dataclass
+class JudgeLimits:
+    """What one judge may use (judge.py: the instructor's checks, trusted, outside the sandbox, but working on what
+    the learner's runner sends), and what one message from the runner may carry. Defaults, overridden by
+    TRITONCOURSE_JUDGE_<FIELD> (e.g. TRITONCOURSE_JUDGE_MEMORY_MB=8192), as the runner's :class:`Limits` are by
+    TRITONCOURSE_SANDBOX_<FIELD>. The test's wall-clock budget is the runner's (isolated.py kills both at the test's
+    time limit: a "timeout" verdict). Processes are not bounded here: RLIMIT_NPROC counts every process of the
+    judge's uid (the whole grader's; root is exempt from it), and the judge starts none on a learner's data."""
+
+    # Address space of the judge process on the CPU (as the runner's); on a GPU its data segment (RLIMIT_DATA:
+    # CUDA reserves far more address space than it uses, so RLIMIT_AS would stop it from starting).
+    memory_mb: int = 6144
+    cpu_seconds: int = 1800  # CPU time of the judge process, all its threads (SIGXCPU: the test fails, said so)
+    header_kb: int = 1024  # JSON in one message from the runner, beyond twice what the judge's waiting requests sent
+    reply_extra_mb: int = 64  # storages in one message from the runner beyond those the waiting requests sent
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> "JudgeLimits":
+        values = {}
+        for name in cls.__dataclass_fields__:
+            raw = env.get(f"TRITONCOURSE_JUDGE_{name.upper()}")
+            if raw:
+                values[name] = int(raw)
+        return cls(**values)
+
+    def apply(self, gpu: bool) -> None:
+        """Set this process's rlimits (the judge's, first thing in its main): its memory and CPU time. The soft CPU
+        limit raises SIGXCPU (the judge says which limit it reached), the hard one 10 s later kills."""
+        import resource
+
+        memory = resource.RLIMIT_DATA if gpu else resource.RLIMIT_AS
+        _lower(memory, self.memory_mb << 20, self.memory_mb << 20)
+        _lower(resource.RLIMIT_CPU, self.cpu_seconds, self.cpu_seconds + 10)
+
+    def memory_words(self, gpu: bool) -> str:
+        return f"{self.memory_mb} MB of {'data' if gpu else 'address space'}"
+
+
+def _lower(which: int, soft: int, hard: int) -> None:
+    """Lower an rlimit to ``soft``/``hard`` where it is higher (never raise one the grader was given)."""
+    import resource
+
+    old_soft, old_hard = resource.getrlimit(which)
+    unlimited = resource.RLIM_INFINITY
+    hard = hard if old_hard == unlimited else min(hard, old_hard)
+    soft = min(soft, hard) if old_soft == unlimited else min(soft, old_soft, hard)
+    resource.setrlimit(which, (soft, hard))
+
+
 class SandboxLimits:
     """Sandbox's limits: what bounds what here, which limits were reached, and the watchdog (a mixin of
     :class:`sandbox.Sandbox`, whose ``limits``, ``_cg``, ``_events``, ``_pids`` and lock it uses)."""

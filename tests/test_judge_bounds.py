@@ -1,0 +1,319 @@
+"""The judge bounded like the runner (issue 42): what a runner sends is checked against what the judge asked for
+before the judge allocates memory for it, and the judge's own process is bounded (memory, CPU time, the test's
+wall-clock budget).
+
+Each hostile runner below runs arbitrary Python in the grading sandbox (the lint skipped on purpose, as in
+test_judge.py) and talks to the real judge, a child of the warm judge zygote; the judge's peak resident memory
+(VmHWM) is sampled while it runs. Before the bounds, a lint-clean module-level value or a function's return value
+of 45 MB of JSON took the judge from ~0.4 GB to ~1.5 GB, and an announced blob was allocated whole (1 GB here)
+before a byte of it came; now each is refused at once and the judge stays at its size. Every such test fails with
+a message saying what was sent and what was expected, and the next test in the same sandbox passes.
+"""
+from __future__ import annotations
+
+import contextlib
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+
+from conftest import DEVICE
+from tritoncourse.grading import sandbox, zygote_client
+from tritoncourse.grading.isolated import Assembly, run_test
+
+pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="runs the CPU interpreter's path (the judge's zygote)")
+
+LAUNCH_TEST = textwrap.dedent('''
+    """Full blocks."""
+    from tritoncourse.checks.vector_add import check_vector_add
+
+    check_vector_add(triton_vector_add_kernel, n=1024, block_size=256)
+''')
+CALL_TEST = textwrap.dedent('''
+    """A learner's function, called by the checks."""
+    value = f(3)
+    assert isinstance(value, list)
+''')
+CORRECT_KERNEL = textwrap.dedent('''
+    @triton.jit
+    def triton_vector_add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        mask = offsets < n_elements
+        tl.store(output_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+                 mask=mask)
+''')
+# Run in the runner when it loads the learner's definitions: its own channel's socket, taken over, and the
+# protocol's framing written by hand (kernel_names.json names only the kernel, which is defined after this).
+HIJACK = textwrap.dedent('''
+    import gc, json, os, struct, threading, time
+    s = next(o for o in gc.get_objects() if type(o).__name__ == "Channel").sock
+
+    def send(header, blobs=(), announce=None):
+        data = json.dumps(dict(header, blobs=[len(b) for b in blobs] if announce is None else announce)).encode()
+        s.sendall(struct.pack(">I", len(data)) + data)
+        for b in blobs:
+            s.sendall(b)
+
+    def exactly(n):
+        got = bytearray()
+        while len(got) < n:
+            chunk = s.recv(min(n - len(got), 1 << 20))
+            if not chunk:
+                os._exit(0)
+            got += chunk
+        return bytes(got)
+
+    def recv():
+        header = json.loads(exactly(struct.unpack(">I", exactly(4))[0]))
+        for size in header.get("blobs", []):
+            exactly(size)
+        return header
+
+    def leave(after=1.5):  # give the sampler time to see the judge, then hang up
+        time.sleep(after)
+        os._exit(0)
+
+    send({"hello": True, "body": {"kernels": {"$d": [["triton_vector_add_kernel",
+          {"$ref": 1, "kind": "jit", "type": "JITFunction"}]]}}, "storages": {}})
+    assert recv()["op"] == "getitem"  # kernel[grid]: a launcher comes back, then the launch with the tensors
+    send({"back": {}, "body": {"value": {"$ref": 2, "kind": "object", "type": "launcher"}}, "storages": {}})
+    launch = recv()
+    assert launch["op"] == "call" and launch["blobs"], launch
+''')
+
+
+@pytest.fixture(scope="module")
+def box():
+    assert sandbox.problem() is None, sandbox.problem()
+    b = sandbox.Sandbox("judge-bounds")
+    yield b
+    b.close()
+
+
+def _hwm_mb(pid: int) -> int:
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) >> 10
+    return 0
+
+
+def judged(box, source: str, names: list[str], body: str = LAUNCH_TEST, timeout: float = 30):
+    """(outcome, the judge's peak resident memory in MB): ``body`` judged against ``source``, sampled every 10 ms
+    among the children of the warm judge zygote."""
+    zygote = zygote_client._warm_zygote("judge")
+    assert zygote is not None and zygote.proc is not None, "the judge's zygote did not start"
+    peak, stop = [0], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(zygote.proc.pid).children():
+                    peak[0] = max(peak[0], _hwm_mb(child.pid))
+            stop.wait(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        outcome = run_test(body, Assembly(source, names, []), timeout=timeout, seed=7, device="cpu", sandbox=box)
+    finally:
+        stop.set()
+        sampler.join(5)
+    return outcome, peak[0]
+
+
+@pytest.fixture(scope="module")
+def baseline(box):
+    """The judge's peak on a correct kernel (its size as forked from the zygote, plus the test's buffers)."""
+    outcome, peak = judged(box, CORRECT_KERNEL, ["triton_vector_add_kernel"])
+    assert outcome.ok, outcome.report()
+    assert peak > 0
+    return peak
+
+
+def hostile(box, prelude: str, names=("triton_vector_add_kernel",), body: str = LAUNCH_TEST, **kw):
+    outcome, peak = judged(box, prelude + "\n" + CORRECT_KERNEL, list(names), body, **kw)
+    print(f"\n{outcome.kind}: {outcome.message[:300]!r}; judge peak {peak} MB")
+    return outcome, peak
+
+
+def refused(outcome, sent: int | None = None) -> None:
+    assert not outcome.ok and outcome.kind == "fail", outcome.report()
+    assert "Your kernels' process sent" in outcome.message and "the test fails" in outcome.message, outcome.message
+    if sent is not None:
+        assert f"sent {sent} bytes" in outcome.message, outcome.message
+
+
+def test_a_huge_header_is_refused_before_it_is_read(box, baseline):
+    """(a) A header of 60 MB announced (the old limit was 64 MB), a little of it sent: refused on its length."""
+    outcome, peak = hostile(box, HIJACK + textwrap.dedent('''
+        s.sendall(struct.pack(">I", 60 << 20) + b"{" * 1024)
+        leave()
+    '''))
+    refused(outcome, 60 << 20)
+    assert peak < baseline + 16, (peak, baseline)
+
+
+def test_blobs_far_larger_than_the_judge_sent_are_refused(box, baseline):
+    """(b) A launch's reply announcing 1 GB of storages (the judge sent a few KB; the old limit was 8 GB)."""
+    outcome, peak = hostile(box, HIJACK + textwrap.dedent('''
+        send({"back": {}, "body": {"value": None}, "storages": {}}, announce=[1 << 30])
+        s.sendall(b"x" * 1024)
+        leave()
+    '''))
+    refused(outcome, 1 << 30)
+    assert peak < baseline + 16, (peak, baseline)
+
+
+def test_a_size_that_lies_about_its_content_allocates_nothing(box, baseline):
+    """(c) A reply announcing 48 MB of storage (within what a reply may carry), then 1 KB and silence: the judge
+    holds what arrived, not what was announced, and the test fails once the runner leaves."""
+    outcome, peak = hostile(box, HIJACK + textwrap.dedent('''
+        send({"back": {}, "body": {"value": None}, "storages": {}}, announce=[48 << 20])
+        s.sendall(b"x" * 1024)
+        leave()
+    '''))
+    assert not outcome.ok and outcome.kind == "crash", outcome.report()
+    assert peak < baseline + 16, (peak, baseline)
+
+
+def test_a_huge_return_value_is_refused(box, baseline):
+    """(d) A lint-clean function returning 3 million floats (45 MB of JSON) to the checks that call it."""
+    outcome, peak = hostile(box, textwrap.dedent('''
+        def f(x):
+            return [0.5] * 3_000_000
+    '''), names=["f"], body=CALL_TEST)
+    refused(outcome)
+    assert peak < baseline + 16, (peak, baseline)
+
+
+def test_a_huge_configuration_value_is_refused(box, baseline):
+    """(d) The same as a lint-clean module-level value the runner names in its hello."""
+    outcome, peak = hostile(box, textwrap.dedent('''
+        BLOCK_SIZES = [0.5] * 3_000_000
+    '''), names=["triton_vector_add_kernel", "BLOCK_SIZES"])
+    refused(outcome)
+    assert peak < baseline + 16, (peak, baseline)
+
+
+FLOOD = HIJACK + textwrap.dedent('''
+    def drain():
+        while True:
+            recv()
+    threading.Thread(target=drain, daemon=True).start()
+    while True:  # the judge's objects cannot be called: each request costs it a refusal, forever
+        send({"op": "call", "ref": 12345, "body": {}, "storages": {}})
+''')
+
+
+def test_a_judge_kept_busy_fails_its_test_at_its_budget(box):
+    """(e) A runner that never answers but sends the judge requests without end: the judge works until the test's
+    wall-clock budget (isolated.py's time limit), then that test fails as timed out."""
+    start = time.monotonic()
+    outcome, _ = hostile(box, FLOOD, timeout=4)
+    assert not outcome.ok and outcome.kind == "timeout", outcome.report()
+    assert "did not finish within 4 s" in outcome.message
+    assert time.monotonic() - start < 30
+
+
+def test_the_next_test_is_unaffected(box, baseline):
+    """After every hostile runner above, in the same sandbox, a correct kernel passes with the judge at its size."""
+    outcome, peak = judged(box, CORRECT_KERNEL, ["triton_vector_add_kernel"])
+    assert outcome.ok, outcome.report()
+    assert peak < baseline + 16, (peak, baseline)
+
+
+def test_past_its_cpu_time_the_judge_fails_the_test(box, monkeypatch):
+    """The judge's CPU time is bounded (RLIMIT_CPU, set in the forked judge): the flood above with a CPU budget
+    of 1 s and a wall-clock budget of 60 s ends at the CPU's, the test failed and the limit named."""
+    monkeypatch.setenv("TRITONCOURSE_JUDGE_CPU_SECONDS", "1")
+    start = time.monotonic()
+    outcome, _ = hostile(box, FLOOD, timeout=60)
+    assert not outcome.ok and outcome.kind == "timeout", outcome.report()
+    assert "more than 1 s of the grader's CPU time" in outcome.message, outcome.message
+    assert time.monotonic() - start < 30
+
+
+def test_past_its_memory_the_judge_fails_the_test(box, baseline, monkeypatch):
+    """The judge's memory is bounded (RLIMIT_AS on the CPU, set in the forked judge): with the protocol's allowance
+    raised to 4 GB, a runner that really sends 1 GB of storage gets the judge to its address space limit (here its
+    size at the fork plus 400 MB), and the test fails, said so."""
+    zygote = zygote_client._warm_zygote("judge")
+    size_mb = psutil.Process(zygote.proc.pid).memory_info().vms >> 20
+    monkeypatch.setenv("TRITONCOURSE_JUDGE_REPLY_EXTRA_MB", "4096")
+    monkeypatch.setenv("TRITONCOURSE_JUDGE_MEMORY_MB", str(size_mb + 400))
+    outcome, peak = hostile(box, HIJACK + textwrap.dedent('''
+        send({"back": {}, "body": {"value": None}, "storages": {}}, announce=[1 << 30])
+        zeros = bytes(1 << 20)
+        for _ in range(1024):
+            s.sendall(zeros)
+        leave()
+    '''))
+    assert not outcome.ok and outcome.kind == "fail", outcome.report()
+    assert f"past its {size_mb + 400} MB of address space" in outcome.message, outcome.message
+    assert peak < baseline + 450, (peak, baseline)
+
+
+def _runner_says(header: dict, blobs=(), announce=None):
+    """A judge's channel and what a runner sent on it (nothing read yet)."""
+    import json
+    import socket
+    import struct
+
+    from tritoncourse.grading.rpc import Channel
+
+    a, b = socket.socketpair()
+    data = json.dumps(dict(header, blobs=[len(x) for x in blobs] if announce is None else announce)).encode()
+    b.sendall(struct.pack(">I", len(data)) + data + b"".join(blobs))
+    return Channel(a, role="judge"), b
+
+
+def test_a_view_far_larger_than_its_bytes_is_refused():
+    """A tensor of 2**40 elements over a storage of 4 bytes (stride 0): whatever a check did with it would allocate
+    terabytes. Refused as it is decoded."""
+    from tritoncourse.grading.rpc import LimitExceeded
+
+    spec = {"storage": 0, "offset": 0, "shape": [1 << 40], "stride": [0], "dtype": "float32", "ref": 1}
+    judge_side, peer = _runner_says({"body": {"value": {"$tensor": spec}},
+                                     "storages": {"0": {"nbytes": 4, "device": "cpu", "fence": None}}}, [b"\0" * 4])
+    with pytest.raises(LimitExceeded, match="a tensor of 4398046511104 bytes"):
+        judge_side._recv()
+    peer.close()
+
+
+def test_a_header_nested_too_deeply_is_refused():
+    """JSON nested 200000 deep (400 KB, within the header's budget) is a protocol error, not a crash."""
+    import socket
+    import struct
+
+    from tritoncourse.grading.rpc import Channel, ProtocolError
+
+    a, b = socket.socketpair()
+    data = b'{"body": {"value": ' + b"[" * 200_000 + b"]" * 200_000 + b"}}"
+    threading.Thread(target=b.sendall, args=(struct.pack(">I", len(data)) + data,), daemon=True).start()
+    with pytest.raises(ProtocolError, match="nested too deeply"):
+        Channel(a, role="judge")._recv()
+    a.close(), b.close()
+
+
+def test_what_was_announced_is_not_allocated_before_it_arrives():
+    """32 MB of storage announced (within the reply's allowance), 1 KB sent, the runner gone: the judge held what
+    arrived (Python's allocations traced), not what was announced."""
+    import tracemalloc
+
+    from tritoncourse.grading.rpc import ChannelClosed
+
+    judge_side, peer = _runner_says({"body": {}, "storages": {}}, announce=[32 << 20])
+    peer.sendall(b"x" * 1024)
+    peer.close()
+    tracemalloc.start()
+    try:
+        with pytest.raises(ChannelClosed):
+            judge_side._recv()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
