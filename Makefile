@@ -66,11 +66,13 @@ $(VENV)/.installed: requirements/lock.txt requirements/test.txt requirements/tor
 	touch $@
 
 # Before anything is installed: was .venv/, if there, made by a Python the pins install on, and is $(PYTHON) one?
-# If not, the ways out. ($(PYTHON) is looked up with .venv/bin first on PATH.)
+# If not, the ways out. ($(PYTHON) is looked up with .venv/bin first on PATH.) `make hub` checks only $(PYTHON)
+# (PY=/nonexistent), which builds the hub's own environment; PYTHON_FOR names the target in the advice.
+PYTHON_FOR ?= lab
 python-check:
 	@if [ -x $(PY) ] && ! $(PY) -c '$(PYTHON_FITS)' 2>/dev/null; then \
 		echo "$(VENV)/ was made with $$($(PY) --version 2>&1), which the pins do not install on (an earlier try?)."; \
-		echo "Remove it, then build it again with a Python that fits: rm -rf $(VENV) && make lab"; \
+		echo "Remove it, then build it again with a Python that fits: rm -rf $(VENV) && make $(PYTHON_FOR)"; \
 		exit 1; \
 	fi
 	@found=$$($(PYTHON) --version 2>&1) || found="no $(PYTHON) on PATH"; \
@@ -81,12 +83,15 @@ python-check:
 		echo "Found: $$found ($(PYTHON)). Any one of these gives you a Python that fits:"; \
 		echo "  conda:     conda env create -f environment.yml && conda activate triton-course"; \
 		echo "             (then docs/CONTAINER.md, 'Without Docker: conda'; or make lab in that environment)"; \
-		echo "  uv:        uv python install 3.11 && make lab PYTHON=\"\$$(uv python find 3.11)\""; \
+		echo "  uv:        uv python install 3.11 && make $(PYTHON_FOR) PYTHON=\"\$$(uv python find 3.11)\""; \
 		echo "  Ubuntu:    sudo add-apt-repository ppa:deadsnakes/ppa && sudo apt-get install python3.11 python3.11-venv"; \
-		echo "             && make lab PYTHON=python3.11"; \
-		echo "  pyenv:     pyenv install 3.11 && make lab PYTHON=\"\$$(pyenv root)/versions/\$$(pyenv latest 3.11)/bin/python\""; \
+		echo "             && make $(PYTHON_FOR) PYTHON=python3.11"; \
+		echo "  pyenv:     pyenv install 3.11 && make $(PYTHON_FOR) PYTHON=\"\$$(pyenv root)/versions/\$$(pyenv latest 3.11)/bin/python\""; \
 		echo "  Docker:    the course's container (README, 'The course in a container'): nothing else to install"; \
 		echo "A distribution's own python3.11 older than $(PYTHON_MIN) (Debian 12's 3.11.2) does not fit."; \
+		if [ "$(PYTHON_FOR)" = hub ]; then echo "For the hub, install it where every user may run it (not under /root):"; \
+			echo "  UV_PYTHON_INSTALL_DIR=/opt/python uv python install 3.11, or PYENV_ROOT=/opt/pyenv pyenv install 3.11"; \
+			echo "  (docs/JUPYTERHUB.md, 'A Python for the hub')"; fi; \
 		exit 1; \
 	fi
 
@@ -178,6 +183,7 @@ HUB_SETUP_ARGS ?=
 ROSTER ?=
 
 hub:
+	$(if $(findstring --existing-venv,$(HUB_SETUP_ARGS)),,@$(MAKE) --no-print-directory python-check PY=/nonexistent PYTHON_FOR=hub)
 	@bash tools/system-deps.sh hub
 	$(PYTHON) hub/tritonhub.py setup --venv $(HUB_VENV) --state $(HUB_STATE) --port $(HUB_PORT) \
 		--instructor $(HUB_INSTRUCTOR) --spawner $(HUB_SPAWNER) \

@@ -2,7 +2,10 @@
 
 Started by ``python3 hub/tritonhub.py start`` (``make hub``) as root, which names the settings that
 ``tritonhub.py setup`` wrote in TRITONHUB_SETTINGS. Local Unix accounts log in through PAM; each user's JupyterLab
-runs as that user (LocalProcessSpawner) from the course's environment; everything listens on 127.0.0.1 only.
+runs as that user (LocalProcessSpawner) from the course's environment, each learner's in control groups of their own
+with the settings' memory, CPU and process limits (hub/tritonhub_limits.py); idle servers are stopped by
+jupyterhub-idle-culler (settings' idle_timeout); the hub's state files are root's only; everything listens on
+127.0.0.1 only.
 
 With ``tritonhub.py setup --spawner docker`` (settings' ``spawner``), each learner's JupyterLab is a container of the
 course's learner image instead (DockerSpawner; hub/singleuser.Dockerfile), run as the learner's Unix uid and gid,
@@ -14,16 +17,45 @@ containers share a network of their own (setup makes it) on which inter-containe
 another's server. Each has a memory, CPU and process limit (settings' mem_limit, cpu_limit, pids_limit).
 """
 import grp
+import importlib.util
 import json
 import os
 import pwd
 import subprocess
+import sys
 
+from jupyterhub.proxy import ConfigurableHTTPProxy
 from jupyterhub.spawner import LocalProcessSpawner
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # hub/tritonhub_limits.py, beside this file
+import tritonhub_limits  # noqa: E402
 
 c = get_config()  # noqa: F821
 s = json.load(open(os.environ["TRITONHUB_SETTINGS"]))
 state = s["state"]
+
+# ---- the hub's state, root's only: its database (users, activity, every server's port and pid), cookie secret, token,
+# settings, pid files and log are made 0600 before the hub opens them (SQLite's journal takes the database's mode; an
+# existing file keeps its mode when rewritten), and any file already there is made so; only the roles' folders
+# (etc/) and DockerSpawner's passwd files (containers/) below <state> are for the users' servers -------------------------
+os.chmod(state, 0o711)
+for _name in ("jupyterhub.sqlite", "jupyterhub.pid"):
+    os.close(os.open(os.path.join(state, _name), os.O_WRONLY | os.O_CREAT, 0o600))
+for _entry in os.scandir(state):
+    if _entry.is_file(follow_symlinks=False):
+        os.chmod(_entry.path, 0o600)
+c.JupyterHub.pid_file = os.path.join(state, "jupyterhub.pid")
+
+
+class _ProxyPidRootOnly(ConfigurableHTTPProxy):
+    """The proxy's pid file, which JupyterHub removes and writes anew at each start, made root's only."""
+
+    def _write_pid_file(self):
+        super()._write_pid_file()
+        os.chmod(self.pid_file, 0o600)
+
+
+c.JupyterHub.proxy_class = _ProxyPidRootOnly
 
 # ---- network: loopback only (a TLS-terminating reverse proxy in front of the port is the deployer's) ----------------
 c.JupyterHub.bind_url = f"http://127.0.0.1:{s['port']}"
@@ -51,7 +83,7 @@ c.JupyterHub.load_roles = [{"name": "tritonhub-admin", "services": ["tritonhub-a
                             "scopes": ["admin:users", "list:users", "read:users", "read:servers", "servers"]}]
 
 # ---- each user's JupyterLab, as that user, from the course's environment ----------------------------------------------
-c.JupyterHub.spawner_class = "localprocess"
+# (LocalProcessSpawner with each learner's limits: tritonhub_limits.LimitedSpawner, below)
 c.Spawner.cmd = [os.path.join(s["venv"], "bin", "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
@@ -74,6 +106,46 @@ c.Spawner.pre_spawn_hook = _role_config
 # Servers get no standard input: left alone, each would inherit the hub's, which is root's terminal when `make hub`
 # runs in the foreground, and any learner's process could then read what root types there.
 c.LocalProcessSpawner.popen_kwargs = {"stdin": subprocess.DEVNULL}
+
+
+def _bytes(text) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}  # as DockerSpawner's ByteSpecification
+    text = str(text).strip()
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(float(text))
+
+
+# Limits of each learner (0: none). Defaults are tritonhub.py Settings' (also for a settings.json written before they
+# existed): memory of all their processes together with no swap beyond it, CPU time as a CFS quota, processes and threads
+# at once (a fork bomb stops there). Docker: each container's (below); local processes: control groups of each
+# learner's own, made by hub/tritonhub_limits.py (cgroup v2 or v1); the instructor's server has none.
+_limits = {"mem_limit": "6G", "cpu_limit": 2.0, "pids_limit": 1024}
+_limits.update({k: s[k] for k in _limits if k in s})
+_memory, _cpus, _pids = _bytes(_limits["mem_limit"]), float(_limits["cpu_limit"]), int(_limits["pids_limit"])
+
+# ---- limits per learner on the local-process hub: each learner's server in control groups of its own ------------------
+c.JupyterHub.spawner_class = tritonhub_limits.LimitedSpawner
+c.LimitedSpawner.memory_bytes = _memory
+c.LimitedSpawner.cpus = _cpus
+c.LimitedSpawner.processes = _pids
+c.LimitedSpawner.unlimited_users = {s["instructor"]}
+if s.get("spawner", "local") == "local" and (_memory or _cpus or _pids):
+    _where, _missing = tritonhub_limits.hub_plan()
+    if _missing:  # no learner's server would start: say so now, and how to go on
+        raise SystemExit(f"tritonhub: {_missing}. Each learner's server runs in control groups with the settings' "
+                         "limits; without them set --mem-limit 0 --cpu-limit 0 --pids-limit 0 (tritonhub.py setup)")
+
+# ---- the idle culler: servers without activity for the settings' idle_timeout seconds are stopped (0: never) -----------
+_idle = int(s.get("idle_timeout", 3600))
+if _idle:
+    if importlib.util.find_spec("jupyterhub_idle_culler") is None:
+        raise SystemExit(f"tritonhub: jupyterhub-idle-culler is not installed in {sys.prefix}: pip install -r "
+                         "requirements/hub.txt there (or tritonhub.py setup --idle-timeout 0: no culler)")
+    c.JupyterHub.services.append({"name": "idle-culler", "command": [
+        sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={_idle}", f"--cull-every={max(10, _idle // 6)}"]})
+    c.JupyterHub.load_roles.append({"name": "idle-culler", "services": ["idle-culler"],
+                                    "scopes": ["list:users", "read:users:activity", "read:servers",
+                                               "delete:servers"]})
+
 
 # ---- DockerSpawner: each learner's JupyterLab in a container of the learner image ------------------------------------
 if s.get("spawner", "local") == "docker":
@@ -125,19 +197,8 @@ if s.get("spawner", "local") == "docker":
     c.DockerSpawner.use_internal_ip = False
     c.DockerSpawner.cmd = ["jupyterhub-singleuser"]
     c.DockerSpawner.environment = {}  # the image's PATH, and TRITON_INTERPRET=1 in the CPU image
-    # Limits of each learner's container (0: none). Defaults are tritonhub.py Settings' (also for a settings.json
-    # written before they existed): memory of all its processes together with no swap beyond it (the kernel's
-    # OOM killer acts inside the container), CPU time as a CFS quota (DockerSpawner's cpu_limit: CpuQuota over a
-    # CpuPeriod of 100 ms), processes and threads at once (the pids cgroup: a fork bomb stops there).
-    _limits = {"mem_limit": "6G", "cpu_limit": 2.0, "pids_limit": 1024}
-    _limits.update({k: s[k] for k in _limits if k in s})
-
-    def _bytes(text: str) -> int:
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}  # as DockerSpawner's ByteSpecification
-        text = str(text).strip()
-        return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(float(text))
-
-    _memory, _cpus, _pids = _bytes(_limits["mem_limit"]), float(_limits["cpu_limit"]), int(_limits["pids_limit"])
+    # The learner's limits (above) as the container's: the kernel's OOM killer acts inside the container, CPU time
+    # is DockerSpawner's cpu_limit (CpuQuota over a CpuPeriod of 100 ms), processes and threads the pids cgroup's.
     if _memory:
         c.DockerSpawner.mem_limit = _memory
     if _cpus:

@@ -1,13 +1,17 @@
 """The course on one Linux machine's JupyterHub: set-up, accounts and start (docs/JUPYTERHUB.md).
 
-Run as root with any Python 3.10+ (standard library only):
+Run as root with any Python 3.10+ (standard library only; the hub's venv is built with the Python that runs
+``setup``, which the pins need to be 3.11.5 or newer):
 
     python3 hub/tritonhub.py setup [--venv DIR] [--instructor NAME] ...   # idempotent
+        [--mem-limit 6G] [--cpu-limit 2] [--pids-limit 1024]   # each learner server's limits (cgroups)
+        [--idle-timeout 3600]                                  # jupyterhub-idle-culler stops idle servers
     python3 hub/tritonhub.py setup --spawner docker [--learner-image IMAGE]  # learners' servers in containers
-        [--mem-limit 6G] [--cpu-limit 2] [--pids-limit 1024]                  # each learner container's limits
     python3 hub/tritonhub.py users ROSTER.csv                              # learners' Unix accounts
     python3 hub/tritonhub.py remove-users ROSTER.csv                       # only accounts of the learners' group
-    python3 hub/tritonhub.py start                                         # JupyterHub on 127.0.0.1
+    python3 hub/tritonhub.py start [--daemon]                              # JupyterHub on 127.0.0.1
+    python3 hub/tritonhub.py stop | restart | status                       # the hub of <state>/jupyterhub.pid
+    python3 hub/tritonhub.py backup DIR                                    # gradebook, course and exchange
     python3 hub/tritonhub.py teardown                                      # (docker) the learners' network, after
 
 What set-up makes (each step skipped when already there):
@@ -35,10 +39,15 @@ What set-up makes (each step skipped when already there):
 ``teardown`` removes what set-up made on the Docker engine and the hub leaves: containers of this hub still there
 and that network (images, accounts and the state folder stay).
 
+Before building the venv, ``setup`` checks the Python that runs it (the pins need 3.11.5 or newer) and that the
+hub's users may run it (not under /root), and rebuilds a venv whose stamp is there but whose python no longer works.
+
 This file keeps the command line, ``start`` and the local set-up (the venv, the course directory, the roles'
 configuration, ``setup`` itself); its parts beside it: hub/tritonhub_common.py (the paths, Settings, running a command
-as a user), hub/tritonhub_accounts.py (Unix accounts, ``users`` and ``remove-users``) and hub/tritonhub_docker.py
-(``--spawner docker``'s images, limits and network, ``teardown``). Their names are re-exported here.
+as a user), hub/tritonhub_accounts.py (Unix accounts, ``users`` and ``remove-users``), hub/tritonhub_docker.py
+(``--spawner docker``'s images, limits and network, ``teardown``) and hub/tritonhub_ops.py (the Python checks,
+``start --daemon``, ``stop``, ``restart``, ``status``, ``backup``). Their names are re-exported here. Each learner's
+limits on the local-process hub are hub/tritonhub_limits.py's, loaded by hub/jupyterhub_config.py.
 """
 from __future__ import annotations
 
@@ -62,6 +71,8 @@ from tritonhub_accounts import (USER_ID, add_account, add_users, ensure_group, g
 from tritonhub_common import ASSIGNMENTS, HUB, REPO, Settings, as_user, role, role_dir, run  # noqa: E402,F401
 from tritonhub_docker import (HUB_LABEL, MEMORY, NO_ICC, build_images, check_limits, docker_client,  # noqa: E402,F401
                               ensure_network, hub_image_name, teardown)
+from tritonhub_ops import (backup, interpreter_problem, python_problem, running_pid, start_daemon,  # noqa: E402,F401
+                           status, stop, venv_works)
 
 COURSE_FILES = ["nbgrader_config.py", "source", "tritoncourse", "pyproject.toml"]  # tracked paths copied
 
@@ -82,10 +93,21 @@ def build_venv(settings: Settings) -> None:
     digest = hashlib.sha256(b"".join((REPO / r).read_bytes() for r in reqs + ["pyproject.toml"])).hexdigest()
     stamp = venv / ".tritonhub-installed"
     if stamp.exists() and stamp.read_text().strip() == digest:
-        return
+        if venv_works(venv):
+            return
+        print(f"tritonhub: {venv} is broken (its python cannot import jupyterhub, nbgrader, tritoncourse): rebuilding")
+    # Before anything is built: a Python the pins install on, which every user of the hub may run (the venv's python
+    # is a link to it), rather than a pip refusal or a PermissionError when the first server starts.
+    base = getattr(sys, "_base_executable", sys.executable)
+    for problem in (python_problem(tuple(sys.version_info[:3])), interpreter_problem(base)):
+        if problem:
+            sys.exit(f"tritonhub: {problem}")
     print(f"tritonhub: building {venv} (the course's requirements, requirements/hub.txt, tritoncourse)")
-    if not (venv / "bin" / "python").exists():
-        run([sys.executable, "-m", "venv", str(venv)])
+    if venv.exists() and any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
+        sys.exit(f"tritonhub: {venv} exists and is no virtual environment: name another --venv")
+    stamp.unlink(missing_ok=True)
+    if not venv_works(venv):  # missing, half built, or its interpreter gone or changed: made again from this one
+        run([sys.executable, "-m", "venv", "--clear", str(venv)])
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     # as the Makefile's venv: torch's CPU build from PyTorch's CPU index where it can be reached
     index = ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "--retries", "1", "--timeout", "20"] \
@@ -160,10 +182,15 @@ def setup(settings: Settings) -> None:
     if settings.spawner not in ("local", "docker"):
         sys.exit(f"--spawner is local or docker, not {settings.spawner!r}")
     check_limits(settings)
+    if settings.idle_timeout < 0:
+        sys.exit(f"--idle-timeout is seconds (0: no culler), not {settings.idle_timeout}")
     if settings.build_venv:
         build_venv(settings)
     elif not (Path(settings.venv) / "bin" / "jupyterhub-singleuser").exists():
         sys.exit(f"{settings.venv} has no jupyterhub-singleuser: pip install -r requirements/hub.txt into it")
+    problem = interpreter_problem(str(Path(settings.venv) / "bin" / "python"))
+    if problem:  # every server runs as its user with this interpreter
+        sys.exit(f"tritonhub: {problem}")
     ensure_group(settings.learners_group)
     token = state / "api-token"  # root's scripts' token for the hub's REST API (hub/jupyterhub_config.py)
     if not token.exists():
@@ -212,8 +239,11 @@ def start_command(settings: Settings) -> tuple[list[str], dict]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=["setup", "users", "remove-users", "start", "teardown"])
-    p.add_argument("roster", nargs="?", type=Path)
+    p.add_argument("command", choices=["setup", "users", "remove-users", "start", "stop", "restart", "status",
+                                        "backup", "teardown"])
+    p.add_argument("path", nargs="?", type=Path, metavar="ROSTER|DIR", help="users' roster; backup's folder")
+    p.add_argument("--daemon", action="store_true",
+                   help="start: in the background, log in <state>/jupyterhub.log, pid in <state>/jupyterhub.pid")
     p.add_argument("--state", default=Settings.state)
     defaults = Settings()
     for name in ("venv", "exchange", "instructor", "learners_group", "course_id", "chp"):
@@ -232,11 +262,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--docker-network", default=Settings.docker_network)
     p.add_argument("--hub-ip", default="", help="the hub's address on that network (default: its gateway)")
     p.add_argument("--mem-limit", default=defaults.mem_limit,
-                   help=f"each learner container's memory, swap included (default {defaults.mem_limit}; 0: none)")
+                   help=f"each learner server's memory, swap included (default {defaults.mem_limit}; 0: none)")
     p.add_argument("--cpu-limit", type=float, default=defaults.cpu_limit,
-                   help=f"each learner container's CPUs' worth of time (default {defaults.cpu_limit:g}; 0: none)")
+                   help=f"each learner server's CPUs' worth of time (default {defaults.cpu_limit:g}; 0: none)")
     p.add_argument("--pids-limit", type=int, default=defaults.pids_limit,
-                   help=f"each learner container's processes and threads (default {defaults.pids_limit}; 0: none)")
+                   help=f"each learner server's processes and threads (default {defaults.pids_limit}; 0: none)")
+    p.add_argument("--idle-timeout", type=int, default=defaults.idle_timeout,
+                   help=f"seconds of inactivity before a server is stopped (default {defaults.idle_timeout}; 0: never)")
     a = p.parse_args(argv)
     if a.command == "setup":
         gpu = a.gpu or bool(shutil.which("nvidia-smi")
@@ -246,16 +278,27 @@ def main(argv: list[str] | None = None) -> None:
                        proxy_api_port=a.proxy_api_port, chp=a.chp, assignments=a.assignments, cpu=not gpu,
                        build_venv=not a.existing_venv, spawner=a.spawner, learner_image=a.learner_image,
                        docker=a.docker, docker_network=a.docker_network, hub_ip=a.hub_ip,
-                       mem_limit=a.mem_limit, cpu_limit=a.cpu_limit, pids_limit=a.pids_limit))
+                       mem_limit=a.mem_limit, cpu_limit=a.cpu_limit, pids_limit=a.pids_limit,
+                       idle_timeout=a.idle_timeout))
         return
     settings = Settings.load(a.state)
     if a.command == "teardown":
         teardown(settings)
-    elif a.command in ("users", "remove-users"):
-        if a.roster is None:
-            sys.exit(f"usage: tritonhub.py {a.command} ROSTER.csv")
-        (add_users if a.command == "users" else remove_users)(settings, a.roster)
+    elif a.command in ("users", "remove-users", "backup"):
+        if a.path is None:
+            sys.exit(f"usage: tritonhub.py {a.command} {'DIR' if a.command == 'backup' else 'ROSTER.csv'}")
+        {"users": add_users, "remove-users": remove_users, "backup": backup}[a.command](settings, a.path)
+    elif a.command == "status":
+        sys.exit(status(settings))
+    elif a.command == "stop":
+        stop(settings)
+    elif a.command == "restart" or a.daemon:
+        if a.command == "restart":
+            stop(settings)
+        start_daemon(settings, *start_command(settings))
     else:
+        if (pid := running_pid(settings)) is not None:
+            sys.exit(f"tritonhub: the hub is running already (pid {pid}); `tritonhub.py stop` stops it")
         cmd, env = start_command(settings)
         os.chdir(settings.state)
         os.execvpe(cmd[0], cmd, env)

@@ -40,12 +40,14 @@ class Settings:
     docker: str = ""  # the Docker client setup builds with (empty: found on PATH)
     docker_network: str = "tritonhub-learners"  # the learners' containers' network (setup makes it: no ICC)
     hub_ip: str = ""  # the hub's address on that network (empty: the network's gateway, asked when the hub starts)
-    # Each learner's container (DockerSpawner; 0: no limit). Memory: all its processes together (no swap beyond
-    # it), as the grading sandbox allows one process (tritoncourse/grading/sandbox_limits.py); CPU: the CPUs' worth
-    # of time its processes share (a CFS quota); processes: tasks (processes and threads) at once (pids cgroup).
+    # Each learner's server (0: no limit): its control groups (local processes: hub/tritonhub_limits.py) or its
+    # container (DockerSpawner). Memory: all its processes together (no swap beyond it), as the grading sandbox
+    # allows one process (tritoncourse/grading/sandbox_limits.py); CPU: the CPUs' worth of time its processes share
+    # (a CFS quota); processes: tasks (processes and threads) at once (pids cgroup). The instructor's has none.
     mem_limit: str = "6G"
     cpu_limit: float = 2.0
     pids_limit: int = 1024
+    idle_timeout: int = 3600  # seconds without activity after which jupyterhub-idle-culler stops a server (0: never)
 
     @property
     def course_dir(self) -> Path:

@@ -36,7 +36,7 @@ def _skip_unless_possible() -> str:
         pytest.skip("configurable-http-proxy (npm) is not installed: `bash tools/system-deps.sh hub` installs it")
     if not (Path(CHROMIUM).exists() and shutil.which("useradd") and shutil.which("chpasswd")):
         pytest.skip(f"needs {CHROMIUM}, useradd and chpasswd (tools/system-deps.sh)")
-    if not (Path(sys.executable).parent / "jupyterhub-singleuser").exists():
+    if not all((Path(sys.executable).parent / s).exists() for s in ("jupyterhub-singleuser", "jupyterhub-idle-culler")):
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(ROOT / "requirements" / "hub.txt")],
                        check=True)
     return chp
