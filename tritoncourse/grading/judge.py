@@ -169,12 +169,17 @@ def main(judge_dir: str) -> int:
                                                           f"read ({err}); the test fails."})
         return 1
     except BaseException as err:  # an error of the learner's code raised through a check, or of the test
+        from tritoncourse.grading.hidden_cases import error_name, in_hidden_case
+
         where = (err.where if isinstance(err, RemoteError) else "") + _test_frames(err, test_path)
         text = f"{type(err).__name__}: {err}"
         hint = ""
         if "illegal memory access" in text or "misaligned address" in text:
             hint = ("\nLikely cause: a load or store outside a tensor on the GPU; check that every "
                     "tl.load and tl.store is masked.")
+        if in_hidden_case(err.__traceback__):  # its text may be the learner's own, quoting the hidden inputs
+            where, text = "", (f"Your code raised {error_name(err)} on a hidden case of this test (its message "
+                               "is not shown: it could quote the hidden inputs); every visible case before it passed.")
         _write({"ok": False, "kind": "error", "message": (where + text)[-3000:] + hint})
         return 1
     finally:

@@ -9,6 +9,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from .hidden_cases import read_stage
+
 @dataclass
 class Outcome:
     ok: bool
@@ -31,6 +33,9 @@ class Outcome:
 
 
 GRADER_ERROR = "grader-error"
+HIDDEN_CASE = "a hidden case of this test (its inputs are not shown; every visible case before it passed)"
+HIDDEN_OUTPUT = ("Your kernels' output is not shown: a hidden case had begun, and it could quote that case's inputs. "
+                 "Rerun the visible cases, and think of other sizes and inputs.")
 
 
 def grader_error_outcome(what: str, detail: str, seed: int, title: str = "") -> Outcome:
@@ -59,13 +64,16 @@ OUT_OF_BOUNDS_HINT = ("Likely cause: a load or store outside a tensor: an unmask
                       "tl.store without a mask, or with a mask that lets lanes past the end through).")
 
 
-def _crash_message(returncode: int, stage: str) -> str:
+def _crash_message(returncode: int, stage: str, hidden: str = "") -> str:
     try:
         sig = signal.Signals(-returncode)
         what = f"{_CRASH_HINTS.get(sig, 'a signal')} ({sig.name})"
     except ValueError:
         what = f"exit code {returncode}"
     msg = f"Your kernel crashed the checking process with {what}"
+    if hidden == "now":  # what it ran on is the hidden case's: said in words only
+        cause = UNMASKED_LOAD_HINT if stage.startswith("FENCE-READ") else OUT_OF_BOUNDS_HINT
+        return f"{msg} on {HIDDEN_CASE}.\n{cause}"
     if stage.startswith("FENCE-READ"):
         return f"{msg} while {stage[len('FENCE-READ: '):]}.\n{UNMASKED_LOAD_HINT}"
     msg += f" while {stage}." if stage else "."
@@ -74,12 +82,14 @@ def _crash_message(returncode: int, stage: str) -> str:
 
 def _outcome(runner_code, judge_code, rdir: Path, jdir: Path, limits: list[str], timeout: float,
              seed: int, seconds: float, title: str) -> Outcome:
-    """The verdict: the judge's, with the runner's crash, time-out, sanitizer report or exhausted ``limits``."""
-    stage = _read(jdir / "stage.txt")
+    """The verdict: the judge's, with the runner's crash, time-out, sanitizer report or exhausted ``limits``.
+    Nothing of the runner's output, and nothing of what a hidden case ran on, is quoted once a hidden case began
+    (hidden_cases.py): that is said in words."""
+    stage, hidden = read_stage(_read(jdir / "stage.txt"))
+    during = f" on {HIDDEN_CASE}" if hidden == "now" else (f" while {stage}" if stage else "")
     if judge_code is None:
         return Outcome(False, "timeout",
-                       f"The test did not finish within {timeout:.0f} s and was stopped"
-                       f"{' while ' + stage if stage else ''}.\n"
+                       f"The test did not finish within {timeout:.0f} s and was stopped{during}.\n"
                        + (f"The grading sandbox stopped your code: {'; '.join(limits)}." if limits else
                           "Likely cause: a loop in your kernel never ends (check its bounds and step)."),
                        seed, seconds, title)
@@ -90,7 +100,7 @@ def _outcome(runner_code, judge_code, rdir: Path, jdir: Path, limits: list[str],
     except ValueError:
         verdict = None
     if runner_code == 86:
-        return Outcome(False, "fail", _sanitizer_message(output, result, stage), seed, seconds, title)
+        return Outcome(False, "fail", _sanitizer_message(output, result, stage, hidden), seed, seconds, title)
     if verdict is None:  # the judge is ours: no verdict from it is the grader's failure
         return grader_error_outcome("judging this test",
                                     f"the judging process exited with code {judge_code} without a verdict."
@@ -98,25 +108,28 @@ def _outcome(runner_code, judge_code, rdir: Path, jdir: Path, limits: list[str],
                                        if _read(jdir / "judge-out.txt").strip() else ""), seed, title)
     if verdict.get("kind") == "runner-lost":
         if limits and (runner_code in (-9, "lost", "killed-after") or runner_code is None):
-            message = (f"The grading sandbox stopped your code while {stage or 'the test ran'}: "
+            message = (f"The grading sandbox stopped your code{during or ' while the test ran'}: "
                        f"{'; '.join(limits)}.\nLikely cause: your code used more than the limits allow "
                        "(see the message); a correct kernel stays far below them.")
         elif isinstance(runner_code, int) and runner_code < 0:
-            message = _crash_message(runner_code, stage)
-        else:
-            code = runner_code if isinstance(runner_code, int) else "unknown"
-            message = (f"Your kernels' process ended (exit code {code}) before the test was done, while "
-                       f"{stage or 'the test ran'}.\n{OUT_OF_BOUNDS_HINT}")
-        if output.strip():
+            message = _crash_message(runner_code, stage, hidden)
+        else:  # an exit code is the learner's to choose: not shown on a hidden case
+            code = runner_code if isinstance(runner_code, int) and hidden != "now" else "unknown"
+            message = (f"Your kernels' process ended (exit code {code}) before the test was done"
+                       f"{during or ' while the test ran'}.\n{OUT_OF_BOUNDS_HINT}")
+        if hidden:
+            message += f"\n{HIDDEN_OUTPUT}"
+        elif output.strip():
             message += "\nLast output:\n" + _tail(output, 1500)
         return Outcome(False, "crash", message, seed, seconds, title)
     return Outcome(bool(verdict.get("ok")) and judge_code == 0, str(verdict.get("kind", "fail")),
                    str(verdict.get("message", "")), seed, seconds, title)
 
 
-def _sanitizer_message(output: str, result: str, stage: str) -> str:
+def _sanitizer_message(output: str, result: str, stage: str, hidden: str = "") -> str:
     """compute-sanitizer's verdict in the words of the CPU's fence: what was read or written out of bounds, the
-    first report (not its host backtrace), and, when the check itself also failed, the check's own diagnosis."""
+    first report (not its host backtrace), and, when the check itself also failed, the check's own diagnosis. Only
+    the sanitizer's own lines are quoted, none once a hidden case began (threads, blocks and addresses)."""
     lines = [line.removeprefix("=========").rstrip() for line in output.splitlines() if line.startswith("=========")]
     first, errors = [], [line for line in lines if line.strip().startswith("Invalid ")]
     for line in lines:
@@ -125,7 +138,7 @@ def _sanitizer_message(output: str, result: str, stage: str) -> str:
         if first or line.strip().startswith("Invalid "):
             first.append(line)
     summary = next((line.strip() for line in lines if "ERROR SUMMARY" in line), "")
-    report = "\n".join(first[:6]) if first else _tail(output, 1500)
+    report = "\n".join(first[:6]) if first else "\n".join(lines[-8:])
     if len(errors) > 1:
         report += f"\n  ... and {len(errors) - 1} more like it ({summary or 'see the full log'})"
     reads = any("read" in line for line in errors)
@@ -138,8 +151,11 @@ def _sanitizer_message(output: str, result: str, stage: str) -> str:
     else:
         cause = OUT_OF_BOUNDS_HINT
     where = stage.removeprefix("FENCE-READ: ")
-    text = (f"compute-sanitizer found invalid memory accesses{' while ' + where if where else ''}:\n{report}\n"
-            f"{cause}")
+    during = f" while {where}" if where else ""
+    if hidden:
+        report = f"  ({len(errors)} invalid access(es); {HIDDEN_OUTPUT[0].lower()}{HIDDEN_OUTPUT[1:]})"
+        during = f" on {HIDDEN_CASE}" if hidden == "now" else during
+    text = f"compute-sanitizer found invalid memory accesses{during}:\n{report}\n{cause}"
     try:
         verdict = json.loads(result) if result else None
     except ValueError:
