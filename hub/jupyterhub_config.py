@@ -141,7 +141,7 @@ if _idle:
         raise SystemExit(f"tritonhub: jupyterhub-idle-culler is not installed in {sys.prefix}: pip install -r "
                          "requirements/hub.txt there (or tritonhub.py setup --idle-timeout 0: no culler)")
     c.JupyterHub.services.append({"name": "idle-culler", "command": [
-        sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={_idle}", f"--cull-every={max(10, _idle // 6)}"]})
+        sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={_idle}", f"--cull-every={max(5, min(600, _idle // 6))}"]})
     c.JupyterHub.load_roles.append({"name": "idle-culler", "services": ["idle-culler"],
                                     "scopes": ["list:users", "read:users:activity", "read:servers",
                                                "delete:servers"]})
