@@ -9,6 +9,7 @@
 #                     a one-node Slurm for tests/test_distributed.py's `grade --cluster slurm` (started by the test)
 #   nodejs npm passwd login libpam0g, and npm's configurable-http-proxy (pinned)
 #                     the course's JupyterHub (hub/, tests/test_hub.py); `system-deps.sh hub` installs only these
+#   nginx-light       tests/test_hub_proxy.py serves hub/nginx-tritonhub.conf (the hub's TLS example); not for `make hub`
 # As root (CI, a fresh machine) it installs what is missing with apt-get; as another user it installs nothing and
 # names the one command to run. Installs only what is missing: running it again costs a fraction of a second.
 set -euo pipefail
@@ -34,6 +35,7 @@ hub_packages() {
     [ -e /etc/pam.d/login ] || packages+=(login)
     compgen -G "/lib/*/libpam.so.0" >/dev/null || compgen -G "/usr/lib/*/libpam.so.0" >/dev/null || packages+=(libpam0g)
 }
+command -v nginx >/dev/null 2>&1 || packages+=(nginx-light)  # tests/test_hub_proxy.py runs hub/nginx-tritonhub.conf
 if [ "${1:-}" = hub ]; then packages=(); fi  # `make hub`: only what the hub needs
 hub_packages
 # -- end of issue 30 --
