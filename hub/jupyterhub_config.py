@@ -146,6 +146,13 @@ if _idle:
                                     "scopes": ["list:users", "read:users:activity", "read:servers",
                                                "delete:servers"]})
 
+# ---- the exchange's hand-in service (hub/exchange_service.py; docs/JUPYTERHUB.md, "The exchange"): root, started and
+# stopped with the hub; it writes each learner's submission into inbound/, which no learner may write, under the name
+# the kernel gives the connecting uid (its Unix socket, <exchange>/hand-in.sock, also reaches the learners' containers
+# through the exchange's mount) ---------------------------------------------------------------------------------------
+c.JupyterHub.services.append({"name": "exchange-hand-in", "command": [
+    sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "exchange_service.py"),
+    os.environ["TRITONHUB_SETTINGS"]]})
 
 # ---- DockerSpawner: each learner's JupyterLab in a container of the learner image ------------------------------------
 if s.get("spawner", "local") == "docker":

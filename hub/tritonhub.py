@@ -21,11 +21,14 @@ What set-up makes (each step skipped when already there):
   repository's tracked files (nbgrader_config.py, source/, tritoncourse/) and each assignment generated into its
   gradebook: learners can read none of it;
 - a Unix group for the learners (the hub lets in only its members and the instructor);
-- nbgrader's exchange (``--exchange``, mode 1777: written by everyone, nothing removable by others);
+- nbgrader's exchange (``--exchange``): made by root before anyone logs in, nothing in it writable by learners
+  (hub/exchange_service.py ``prepare``); learners hand in through the hand-in service the hub starts, which knows
+  who is asking (docs/JUPYTERHUB.md, "The exchange");
 - Jupyter configuration for two roles (``<state>/etc/{learner,instructor}``, chosen per user at spawn): learners
   get the Assignment List and Validate, not Formgrader, Create Assignment or the Course List, and submit through
-  hub/checked_submit.py (copied beside their nbgrader_config.py: a clear refusal of what cannot be graded, all or
-  nothing into the exchange); the instructor's
+  hub/checked_submit.py (copied beside their nbgrader_config.py with hub/course_exchange.py: a clear refusal of what
+  cannot be graded, all or nothing through the hand-in service); the instructor's collect is
+  hub/course_exchange.py's (no link followed, bounded, one learner's bad submission costs only them); the instructor's
   nbgrader configuration loads the course's own nbgrader_config.py, so Formgrader's buttons grade through the
   course's sandboxed grader;
 - ``<state>/settings.json``, read by hub/jupyterhub_config.py, and ``<state>/api-token`` (root only): root's scripts'
@@ -68,6 +71,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # its parts, beside it
 # every name of its parts, re-exported: tritonhub.Settings, tritonhub.check_limits, tritonhub.docker_client, ...
 from tritonhub_accounts import (USER_ID, add_account, add_users, ensure_group, groups_of,  # noqa: E402,F401
                                 read_roster, remove_users, user_exists)
+import exchange_service  # noqa: E402
 from tritonhub_common import ASSIGNMENTS, HUB, REPO, Settings, as_user, role, role_dir, run  # noqa: E402,F401
 from tritonhub_docker import (HUB_LABEL, MEMORY, NO_ICC, build_images, check_limits, docker_client,  # noqa: E402,F401
                               ensure_network, hub_image_name, teardown)
@@ -139,8 +143,6 @@ def copy_course(settings: Settings) -> None:
 
 def write_role_configs(settings: Settings) -> None:
     """Per-role Jupyter configuration (JUPYTER_CONFIG_PATH of each spawned server; hub/jupyterhub_config.py)."""
-    exchange = (f"c.Exchange.root = {settings.exchange!r}\n"
-                f"c.CourseDirectory.course_id = {settings.course_id!r}\n")
     learner = role_dir(settings, "learner")
     (learner / "labconfig").mkdir(parents=True, exist_ok=True)
     (learner / "labconfig" / "page_config.json").write_text(json.dumps(
@@ -148,14 +150,10 @@ def write_role_configs(settings: Settings) -> None:
          "lockedExtensions": {n: True for n in LEARNER_LAB_OFF}}, indent=1))
     (learner / "jupyter_server_config.json").write_text(json.dumps(
         {"ServerApp": {"jpserver_extensions": {n: False for n in LEARNER_SERVER_OFF}}}, indent=1))
-    shutil.copy2(HUB / "checked_submit.py", learner / "checked_submit.py")
     (learner / "nbgrader_config.py").write_text(
         "# The learner's nbgrader: the course's exchange; Validate runs each kernel test in a fresh process; Submit\n"
-        "# refuses what cannot be graded and hands in all or nothing (checked_submit.py, beside this file)\n"
-        "import sys\n"
-        f"sys.path.insert(0, {str(learner)!r})\n"
-        "c = get_config()  # noqa: F821\n" + exchange + "c.Execute.timeout = 300\n"
-        "c.ExchangeFactory.submit = 'checked_submit.CheckedSubmit'\n")
+        "# refuses what cannot be graded and hands in through the exchange's service (checked_submit.py, beside this)\n"
+        "c = get_config()  # noqa: F821\n" + exchange_config(settings, learner) + "c.Execute.timeout = 300\n")
     instructor = role_dir(settings, "instructor")
     instructor.mkdir(parents=True, exist_ok=True)
     course = settings.course_dir
@@ -164,9 +162,39 @@ def write_role_configs(settings: Settings) -> None:
         "# configuration, whose grading steps run every notebook in the grading sandbox with out-of-kernel verdicts.\n"
         "c = get_config()  # noqa: F821\n"
         f"c.CourseDirectory.root = {str(course)!r}\n"
-        f"load_subconfig({str(course / 'nbgrader_config.py')!r})  # noqa: F821\n" + exchange)
+        f"load_subconfig({str(course / 'nbgrader_config.py')!r})  # noqa: F821\n"
+        + exchange_config(settings, instructor))
     for path in [role_dir(settings, "."), learner, instructor, *learner.rglob("*"), *instructor.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+
+# ---------------------------------------------------------------------------------------------------- the exchange
+
+# nbgrader's exchange classes of each role (hub/course_exchange.py, hub/checked_submit.py; docs/JUPYTERHUB.md, "The
+# exchange"): the learners hand in through the hand-in service (hub/exchange_service.py, started by the hub), the
+# instructor collects without following links, within bounds; nobody but root writes the exchange's root.
+EXCHANGE_CLASSES = {
+    "learner": {"submit": "checked_submit.CheckedSubmit", "list": "course_exchange.List",
+                "fetch_assignment": "course_exchange.FetchAssignment",
+                "fetch_feedback": "course_exchange.FetchFeedback"},
+    "instructor": {"collect": "course_exchange.Collect", "list": "course_exchange.List",
+                   "release_assignment": "course_exchange.ReleaseAssignment",
+                   "release_feedback": "course_exchange.ReleaseFeedback"},
+}
+
+
+def exchange_config(settings: Settings, folder: Path) -> str:
+    """The lines of a role's nbgrader_config.py that name the exchange and its classes (copied into ``folder``)."""
+    role_name = folder.name
+    files = ["course_exchange.py"] + (["checked_submit.py"] if role_name == "learner" else [])
+    for name in files:
+        shutil.copy2(HUB / name, folder / name)
+    return ("import sys\n"
+            f"sys.path.insert(0, {str(folder)!r})  # {', '.join(files)}\n"
+            f"c.Exchange.root = {settings.exchange!r}\n"
+            f"c.CourseDirectory.course_id = {settings.course_id!r}\n"
+            + "".join(f"c.ExchangeFactory.{k} = {v!r}\n" for k, v in EXCHANGE_CLASSES[role_name].items()))
 
 
 
@@ -209,9 +237,7 @@ def setup(settings: Settings) -> None:
     if probe.returncode != 0:
         sys.exit(f"{settings.venv} cannot be used by other users (an interpreter or packages under /root?):\n"
                  f"{probe.stderr[-2000:]}")
-    exchange = Path(settings.exchange)
-    exchange.mkdir(parents=True, exist_ok=True)
-    exchange.chmod(0o1777)  # nbgrader: writable by all; sticky: nobody removes another's course folder
+    exchange_service.prepare(settings.exchange, settings.course_id, settings.instructor)  # before anyone logs in
     write_role_configs(settings)
     if settings.spawner == "docker":
         build_images(settings)
