@@ -319,13 +319,12 @@ def test_graded_functions_reach_no_other_module_and_run_nothing_when_loaded():
 
 
 def test_a_definition_is_taken_without_what_shares_its_line():
-    """`X = [1]; import os` takes `X = [1]` only; a learner's own `tl` or `torch` never replaces the grader's."""
-    src = ("CONF = [1]; import os\nimport sys; KEY = ['n']\ndef tl(x):\n    return x\n"
-           + _kernel("y = CONF\n    z = KEY"))
+    """`X = [1]; import os` takes `X = [1]` only. (A learner's own `tl` or `torch` is refused: test_lint_decoys.)"""
+    src = "CONF = [1]; import os\nimport sys; KEY = ['n']\n" + _kernel("y = CONF\n    z = KEY")
     kernels, plain = kernels_from_notebook(_nb((src, True)))
     asm = assemble("triton_k", kernels, plain, PROVIDED)
     assert asm.problems == [] and asm.kernels == ["CONF", "KEY", "triton_k"]
-    assert "import" not in asm.source and "def tl" not in asm.source
+    assert "import" not in asm.source
 
 
 @pytest.mark.parametrize("path", sorted(HOSTILE.glob("hostile_kernel_*.py")), ids=lambda p: p.stem)

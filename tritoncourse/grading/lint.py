@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from .whitelist import (ALLOWED_BUILTINS, ANNOTATION_BUILTINS, FORBIDDEN_BUILTINS, FUNCTION,  # noqa: F401
                         FUNCTION_DENIED_ATTRIBUTES, FUNCTION_MODULES, KERNEL, KERNEL_MODULES, LOADS_FUNCTION,
                         LOADS_KERNEL, NOT_WRITTEN, chain, dotted, is_constant, kernel_value_attributes,
-                        literal_problems, resolve)
+                        literal_problems, resolve, shadowing)
 
 
 def _arguments(fn: ast.FunctionDef) -> list[ast.arg]:
@@ -97,9 +97,9 @@ class _Lint:
 
     def target(self, t: ast.expr) -> None:
         if isinstance(t, ast.Name):
-            if t.id in self.modules.roots or self.known.get(t.id) == "jit":
-                self.add(t, f"`{t.id}` cannot be assigned {self.where}: it is the name of "
-                            f"{'a module' if t.id in self.modules.roots else 'one of your kernels'}")
+            why = shadowing(t.id) or ("the name of one of your kernels" if self.known.get(t.id) == "jit" else None)
+            if why:
+                self.add(t, f"`{t.id}` cannot be assigned {self.where}: it is {why}; rename your variable")
         elif isinstance(t, (ast.Tuple, ast.List)):
             for e in t.elts:
                 self.target(e)
@@ -227,8 +227,8 @@ def _decorator_literal(expr: ast.expr, lint: _Lint, what: str) -> None:
 def _lint_signature(fn: ast.FunctionDef, lint: _Lint, kernel: bool) -> None:
     loads = LOADS_KERNEL if kernel else LOADS_FUNCTION
     for arg in _arguments(fn):
-        if kernel and arg.arg in lint.modules.roots:
-            lint.add(arg, f"an argument cannot be called `{arg.arg}`: that is the name of a module")
+        if kernel and shadowing(arg.arg):
+            lint.add(arg, f"an argument cannot be called `{arg.arg}`: it is {shadowing(arg.arg)}; rename it")
         if arg.annotation is not None:
             if kernel:
                 lint.annotation(arg.annotation, f"the annotation of `{arg.arg}`")
@@ -298,12 +298,13 @@ def lint_function(fn: ast.FunctionDef, known: Mapping[str, str]) -> list[str]:
                       f"{LOADS_FUNCTION}; write a plain `def`")
     _lint_signature(fn, lint, kernel=False)
     problems = lint.problems
-    # A module's or a forbidden builtin's name is never a name of the learner's own, in any scope: so each use
-    # of it below means the module or the builtin, whatever nested lambda or comprehension it is in.
+    # A module's, a builtin's or a name the grader provides is never a name of the learner's own, in any scope: so
+    # each use of it below means the module or the builtin, whatever nested lambda or comprehension it is in.
     for node, name in _bindings(fn):
-        if name in FUNCTION_MODULES.roots or _forbidden_builtin(name):
-            lint.add(node, f"`{name}` cannot name a variable or an argument in a graded function: it is the name "
-                           f"of {'a module' if name in FUNCTION_MODULES.roots else 'a builtin the grader forbids'}")
+        why = shadowing(name)
+        if why:
+            lint.add(node, f"`{name}` cannot name a variable or an argument in a graded function: it is {why}; "
+                           "rename it")
     free = _free_names(fn)
     inner = {id(n.value) for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
     for node in ast.walk(fn):

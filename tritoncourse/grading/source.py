@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .lint import ALLOWED_BUILTINS, lint_function, lint_jit, lint_value, literal_problems  # noqa: F401
+from .whitelist import shadowing
 
 # Names a Triton kernel may start an attribute path from (the runner imports them for the learner's module).
 ALLOWED_MODULES = {"tl", "triton", "math"}
@@ -210,7 +211,9 @@ def assemble(test_source: str, kernels: dict[str, KernelSource], plain: set[str]
              provided: set[str] = frozenset()) -> Assembly:
     """Pick the definitions ``test_source`` refers to, and those they use, in dependency order.
 
-    ``provided`` are names the test runner defines itself (never taken from the learner).
+    ``provided`` are names the test runner defines itself (never taken from the learner). A definition of the
+    learner's named like a module, a builtin or a name the grader provides (whitelist.shadowing) is a decoy: never
+    taken, never known to the lint as the learner's, and a test whose definitions use it is refused, naming it.
     """
     try:
         needed = free_names(parse(_strip_magics(test_source)))
@@ -220,18 +223,21 @@ def assemble(test_source: str, kernels: dict[str, KernelSource], plain: set[str]
     problems: list[str] = []
     order: list[str] = []
     reserved = RESERVED | set(provided)
+    decoys = {n: why for n in kernels if (why := shadowing(n, provided))}
 
     def visit(name: str, stack: tuple[str, ...]) -> None:
         if name in order or name in stack:
             return
         k = kernels[name]
         for dep in sorted(k.calls):
-            if dep in kernels and dep not in reserved:  # the grader's own tl, torch... are never replaced
+            if dep in kernels and dep not in reserved and dep not in decoys:  # the grader's tl, torch, len...
                 visit(dep, stack + (name,))
         order.append(name)
 
     for name in sorted(needed):
-        if name in kernels and not (expected_kernel(name) and kernels[name].kind != "jit"):
+        if name in decoys:
+            problems.append("the test uses " + _decoy(name, kernels[name], decoys[name]))
+        elif name in kernels and not (expected_kernel(name) and kernels[name].kind != "jit"):
             visit(name, ())
         elif name in plain or name in kernels:
             problems.append(f"`{name}` is defined without @triton.jit; the grader only runs Triton kernels. "
@@ -242,9 +248,19 @@ def assemble(test_source: str, kernels: dict[str, KernelSource], plain: set[str]
         else:
             problems.append(f"`{name}` was not found in the notebook's solution cells (did you rename or "
                             "delete it?)")
-    known = {n: k.kind for n, k in kernels.items()}
+    known = {n: k.kind for n, k in kernels.items() if n not in decoys}
     for name in order:
+        for dep in sorted(kernels[name].calls & decoys.keys()):
+            problems.append(f"`{name}` ({kernels[name].cell}) uses {_decoy(dep, kernels[dep], decoys[dep])}")
         for p in lint_kernel(kernels[name], known):
             problems.append(f"`{name}` ({kernels[name].cell}): {p}")
     source = "\n\n".join(kernels[n].source for n in order)
     return Assembly(source, order, problems)
+
+
+_KINDS = {"jit": "kernel", "function": "function", "value": "variable"}
+
+
+def _decoy(name: str, k: KernelSource, why: str) -> str:
+    kind = _KINDS.get(k.kind, "definition")
+    return f"`{name}`, which your notebook defines as a {kind} ({k.cell}): `{name}` is {why}; rename your {kind}"

@@ -7,6 +7,7 @@ is what the grader's module will find, not what its spelling suggests.
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib
 import importlib.util
 import types
@@ -61,6 +62,30 @@ FUNCTION_DENIED_ATTRIBUTES = {"tofile", "fromfile", "from_file", "dump", "dumps"
 FORBIDDEN_BUILTINS = {"exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
                       "globals", "locals", "vars", "breakpoint", "input", "exit", "quit", "memoryview",
                       "object", "type", "super", "help", "dir"}
+# Names the grader provides to a learner's definitions: the modules of the kernel header (isolated.KERNEL_HEADER)
+# and of the judge's namespace (judge.py: the same, and DEVICE). No definition of the learner's, at the top level or
+# inside a kernel or function, may take one of them, a builtin's or a dunder name (:func:`shadowing`): were it
+# allowed, the lint's reading of a name (a module, a builtin, the learner's own value) and what the grader runs could
+# differ, and the whitelist would no longer be what decides.
+GRADER_NAMES = {"torch": "the module torch", "triton": "the module triton", "tl": "the module triton.language",
+                "math": "the module math", "statistics": "the module statistics",
+                "DEVICE": "the device the tests run on"}
+
+
+def shadowing(name: str, provided=frozenset()) -> str | None:
+    """Why a learner's definition cannot be called ``name`` (what the name already is), or None when it can.
+    ``provided``: further names the grader defines where the definition runs."""
+    if name in GRADER_NAMES:
+        return f"a name the grader provides ({GRADER_NAMES[name]})"
+    if name in provided:
+        return "a name the grader provides"
+    if name.startswith("__") and name.endswith("__"):
+        return "a name Python itself defines"
+    if hasattr(builtins, name):
+        return "a builtin the grader forbids" if name in FORBIDDEN_BUILTINS else "a Python builtin"
+    return None
+
+
 # Builtin types an annotation of a graded function may name.
 ANNOTATION_BUILTINS = {"int", "float", "complex", "str", "bool", "bytes", "list", "dict", "tuple", "set",
                        "frozenset"}
