@@ -27,7 +27,8 @@ import sys
 from jupyterhub.proxy import ConfigurableHTTPProxy
 from jupyterhub.spawner import LocalProcessSpawner
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # hub/tritonhub_limits.py, beside this file
+# hub/tritonhub_limits.py, beside this file (its path from the code object: also when exec'd without __file__)
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys._getframe(0).f_code.co_filename)))
 import tritonhub_limits  # noqa: E402
 
 c = get_config()  # noqa: F821
