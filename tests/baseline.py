@@ -65,7 +65,7 @@ def ids(nb) -> dict[str, int]:
             if "grade_id" in c.get("metadata", {}).get("nbgrader", {})}
 
 
-# ---- edited metadata (a learner's troubles here; tests/test_classroom.py sanitizes each in-process too)
+# ---- edited metadata (a learner's troubles here; tests/test_classroom_commands.py sanitizes each in-process too)
 
 def _edit(nb, gid, **meta):
     cell = nb.cells[ids(nb)[gid]]

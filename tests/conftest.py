@@ -28,7 +28,8 @@ os.environ.pop("TRITONCOURSE_SEED", None)
 # Modules whose every test grades (real nbgrader autograde, or every fixture through the sandboxed judge and
 # runner): `make test-fast` (-m "not slow") leaves them out, with the tests marked slow one by one elsewhere
 # (browser, Docker, a class graded). tests/README.md: the pyramid.
-SLOW_MODULES = {"test_grading", "test_verdicts", "test_judge", "test_judge_bounds", "test_sandbox",
+SLOW_MODULES = {"test_grading", "test_verdicts", "test_judge", "test_judge_bounds",
+                "test_sandbox_isolation", "test_sandbox_bounds", "test_sandbox_cgroups", "test_sandbox_hostile",
                 "test_bounded_grading", "test_soak", "test_links", "test_restore_deleted_cells", "test_resilient_execute",
                 "test_destructive_steps"}
 

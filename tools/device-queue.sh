@@ -39,13 +39,13 @@ start() {
     v0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_verdicts.py -k ${PH[g${s#v}]} > $L/$s.log 2>&1 ;;
     ref) for p in 01_vector_add 02_softmax 03_matmul_relu 04_benchmarking 05_autotuning 06_fused_attention; do
            timeout -s INT -k 15 $t python3 -m tritoncourse check source/$p/$p.ipynb; done > $L/$s.log 2>&1 ;;
-    cg) { timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_sandbox.py -k "not hostile and not learners_before \
-            and not course_tree and not forged and not nothing_is_left and not ends_in_time and not refuses"
+    cg) { timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_sandbox_isolation.py \
+            tests/test_sandbox_bounds.py tests/test_sandbox_cgroups.py
           TRITONCOURSE_HOSTILE_FIXTURES=hostile_memfd_hog,hostile_tmpfs_hog timeout -s INT -k 15 $(left) python3 -m pytest -v -rA \
-            -p no:cacheprovider tests/test_sandbox.py -k "hostile_learner_loses or learners_before or nothing_is_left"; } > $L/$s.log 2>&1 ;;
+            -p no:cacheprovider tests/test_sandbox_hostile.py -k "hostile_learner_loses or learners_before or nothing_is_left"; } > $L/$s.log 2>&1 ;;
     dist) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider -s tests/test_distributed.py -k gpu > $L/$s.log 2>&1 ;;
     hog) TRITONCOURSE_HOSTILE_FIXTURES=hostile_memory_hog timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider \
-      tests/test_sandbox.py -k "memory_hog or learners_before or course_tree or forged or nothing_is_left or ends_in_time" > $L/$s.log 2>&1 ;;
+      tests/test_sandbox_bounds.py tests/test_sandbox_hostile.py -k "memory_hog or learners_before or course_tree or forged or nothing_is_left or ends_in_time" > $L/$s.log 2>&1 ;;
     soak) TRITON_INTERPRET=1 TRITONCOURSE_SOAK=${SOAK:-250} TRITONCOURSE_SOAK_OFFSET=${SOAK_OFFSET:-0} \
           TRITONCOURSE_SOAK_SHARDS=${SOAK_SHARDS:-$(( $(nproc) / 2 ))} TRITONCOURSE_SOAK_GRADE_JOBS=${SOAK_GRADE_JOBS:-} \
           OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} TRITONCOURSE_SOAK_RUN_BOUND=$(( t - 120 )) \

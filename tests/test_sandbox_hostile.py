@@ -1,0 +1,214 @@
+"""The grading sandbox's hostile suite: every learner of tests/hostile/01_vector_add/ (patches the course, forges
+the gradebook, reads the hidden tests, calls the grader's machine, fork bomb, memory hog, memory in memfds and in a
+tmpfs of its own, disk filler, unlinked files, kills its parents, symlinks and ../ names) is graded, between two
+correct learners, once by plain `nbgrader autograde` and once by `python -m tritoncourse grade`, each in a course
+copy of its own, with its own copy of the package, so that nothing here can touch this checkout (those the lint
+refuses by plain nbgrader only, those the sandbox's kernel-enforced bounds contain by `course grade` only:
+KERNEL_BOUNDED; tests/hostile_class.py). Then: each loses only its own points, the course is unchanged, no output
+shows a hidden test or another learner's work, nothing is left running, grading ends in time.
+
+Finally grading refuses to run without bubblewrap, naming the command that installs it, unless opted out.
+The sandbox's unit tests: tests/test_sandbox_isolation.py, test_sandbox_bounds.py, test_sandbox_cgroups.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from course import ROOT, Course, Fixture
+from hostile_class import (A, GRADERS, GRADING_TIMEOUT, HOSTILE, HOSTILE_LIMITS, KERNEL_TESTS, ON_GPU, ONLY_HOSTILE,
+                           HostileClass, _copy, _env, digest, graders_of)
+from sandboxes import _path_without, sandbox_works  # noqa: F401 (fixture)
+from tritoncourse.grading.sandbox import INSTALL_COMMAND, OPT_OUT_ENV, OPT_OUT_VALUE
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """A generated course with its own copy of the package (graded code never touches this checkout)."""
+    course = Course(tmp_path_factory.mktemp("sandbox-template") / "course", [A], scaled_down=True)
+    shutil.copytree(ROOT / "tritoncourse", course.path / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
+    return course.path
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, template) -> HostileClass:
+    return HostileClass(tmp_path_factory.mktemp("hostile"), template)
+
+
+def _hostile_params():
+    return [pytest.param(kind, Fixture.load(p), id=f"{kind}/{p.stem}",
+                         marks=[pytest.mark.skip("not in TRITONCOURSE_HOSTILE_FIXTURES")]
+                         if ONLY_HOSTILE and p.stem not in ONLY_HOSTILE else [])
+            for kind in GRADERS for p in sorted(HOSTILE.glob("*.py")) if kind in graders_of(p.stem)]
+
+
+# What each hostile cell must report, or the grader must say, when the sandbox held.
+CONTAINED = {"hostile_patch_course_files": "patch_course_files: 0 changed",
+             "hostile_fork_bomb": "then BlockingIOError",
+             # the CPU's address-space limit raises MemoryError; on a GPU the watchdog stops the kernel
+             "hostile_memory_hog": "MB of memory" if ON_GPU else "then MemoryError",
+             "hostile_disk_filler": f"wrote more than {HOSTILE_LIMITS['TRITONCOURSE_SANDBOX_DISK_MB']} MB to disk",
+             # the shared folder's filesystem refuses past DISK_MB, or the watchdog stops the kernel first if its
+             # look falls while the file is still held (seen on CI, 2026-11-26): either way it is contained
+             "hostile_unlinked_disk": ("MB, then OSError",
+                                       f"wrote more than {HOSTILE_LIMITS['TRITONCOURSE_SANDBOX_DISK_MB']} MB to disk"),
+             # the cgroup stops them at TOTAL_MEMORY_MB on the CPU; a GPU's default sandbox limit is above their 6 GB
+             "hostile_memfd_hog": "" if ON_GPU else "3072 MB of memory (counting files in memory)",
+             "hostile_tmpfs_hog": "" if ON_GPU else "3072 MB of memory (counting files in memory)",
+             "hostile_kill_parent": "DeadKernelError",
+             "hostile_kill_everything": "DeadKernelError",
+             "hostile_symlinks": "symlinks: 0 read",
+             # refused as it arrives (ResilientExecute.message_limit): the grader does not grow by the message
+             "hostile_huge_output": "OutputTooLarge"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,fixture", _hostile_params())
+def test_hostile_learner_loses_only_its_own_points(hostile, kind, fixture):
+    """An empty kernel that tries to gain points gets 0; a right kernel keeps full marks whatever else its
+    notebook does; the hostile cell really ran, inside the sandbox."""
+    scores = hostile.scores(kind, fixture.name)
+    outputs = hostile.outputs(kind, fixture.name)
+    for t in KERNEL_TESTS:
+        want = 0 if t in fixture.expect_fail else {"test_vector_add_ragged_sizes": 3, "test_vector_add_fp16": 1}.get(t, 2)
+        assert scores[t] == want, (t, scores, outputs[-3000:])
+    if not (ON_GPU and fixture.name == "hostile_memory_hog"):  # on a GPU the watchdog kills it before it can print
+        assert "HOSTILE-RAN " + fixture.name.removeprefix("hostile_") in outputs, outputs[-3000:]
+    assert "UNSANDBOXED" not in outputs and "CONNECTED" not in outputs
+    # ../ paths reach only the sandbox's own /tmp (the grader's /tmp is checked in test_nothing_is_left_running...)
+    assert not re.search(r"(gradebook\.db|\.ipynb): written", outputs), outputs[-3000:]
+    contained = CONTAINED.get(fixture.name, "")
+    assert any(c in outputs for c in ((contained,) if isinstance(contained, str) else contained)), outputs[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,fixture", _hostile_params())
+def test_hostile_learner_sees_no_secret(hostile, kind, fixture):
+    """No hidden test, no other learner's note, no key of the grader's, no gradebook in anything handed back:
+    the autograded notebook's outputs, the other files of its folder, the feedback HTML and folder."""
+    course = hostile.courses[kind].path
+    assert not hostile.leaks(hostile.outputs(kind, fixture.name, tests=False))
+    for folder in (course / "autograded" / fixture.name, course / "feedback" / fixture.name):
+        assert folder.is_dir(), folder
+        for path in sorted(folder.rglob("*")):
+            assert not path.is_symlink(), f"a symlink was handed back: {path} -> {os.readlink(path)}"
+            # the verdicts log (instructor's only, never in feedback) may quote a failed test's own line
+            if path.is_file() and not path.name.endswith((".ipynb", ".verdicts.json")):
+                data = path.read_bytes()
+                from tritoncourse.classroom.feedback import html_text
+
+                text = html_text(path) if path.suffix == ".html" else data.decode("utf-8", "replace")
+                assert not hostile.leaks(text), f"{path.relative_to(course)}: {hostile.leaks(text)[:3]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", GRADERS)
+def test_learners_before_and_after_keep_full_marks(hostile, kind):
+    for student in ("aaa_before", "zzz_after"):
+        scores = hostile.scores(kind, student)
+        assert all(scores[t] > 0 for t in KERNEL_TESTS), (student, scores)
+        assert sum(scores.values()) == 10, (student, scores)
+        assert hostile.marker not in hostile.outputs(kind, student)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", GRADERS)
+def test_gradebook_holds_no_forged_value(hostile, kind):
+    db = hostile.courses[kind].path / "gradebook.db"
+    with sqlite3.connect(db) as con:
+        dump = "\n".join(con.iterdump())
+        forged = con.execute("SELECT COUNT(*) FROM grade WHERE manual_score IS NOT NULL "
+                             "OR extra_credit IS NOT NULL").fetchone()[0]
+    assert hostile.marker not in dump
+    assert forged == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", GRADERS)
+def test_course_tree_is_unchanged(hostile, kind):
+    """Every file of the course (source/, release/, submitted/, the configuration, the package) is as it was."""
+    before, after = hostile.digests[kind], digest(hostile.courses[kind].path)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    assert not changed, changed
+
+
+@pytest.mark.slow
+def test_nothing_is_left_running_or_written_outside(hostile):
+    """No process a learner started outlives grading; nothing was written to the grader's /tmp, the package,
+    the Python environment; no connection reached the grader's loopback port."""
+    import sysconfig
+
+    assert not hostile.left_running, hostile.left_running
+    leftovers = [str(p) for p in Path("/tmp").glob(f"*{hostile.marker}*")]
+    leftovers += [str(p) for p in Path(sysconfig.get_paths()["purelib"]).glob("sitecustomize.py")]
+    leftovers += [str(p) for p in (ROOT / "tritoncourse").rglob("sitecustomize.py")]
+    assert not leftovers, leftovers
+    assert not hostile.listener.received, hostile.listener.received
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", GRADERS)
+def test_grading_ends_in_time_and_logs_show_no_secret(hostile, kind):
+    proc = hostile.procs[kind]
+    students = ["aaa_before", "zzz_after"] + [fx.name for fx in hostile.fixtures if kind in graders_of(fx.name)]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    print(f"{kind}: {len(students)} notebooks in {hostile.seconds[kind]:.0f} s "
+          f"(both graders at once: {hostile.wall:.0f} s wall)")
+    assert hostile.seconds[kind] < GRADING_TIMEOUT
+    if kind == "course_grade":
+        state = json.loads((hostile.courses[kind].path / "autograded" / ".classroom" / "state.json").read_text())
+        for s in students:
+            entry = state["entries"][f"{A}/{s}"]
+            assert entry["status"] == "graded" and entry["attempts"] == 1, (s, entry)
+            assert entry["seconds"] < 300, (s, entry)
+    assert not hostile.leaks(hostile.logs(kind))
+    fb = hostile.feedback[kind]
+    assert fb.returncode == 0, fb.stdout[-3000:] + fb.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------------------ no sandbox, no grading
+
+@pytest.mark.slow
+def test_grading_refuses_to_run_unsandboxed(template, tmp_path):
+    """With bwrap hidden from PATH: plain autograde fails the notebook naming the install command, course
+    grade exits 2 with it; with the opt-out both grade (unsandboxed)."""
+    path = _path_without("bwrap", tmp_path)
+    courses = {k: _copy(template, tmp_path / k) for k in ("plain", "classroom", "plain_opt_out", "classroom_opt_out")}
+    for c in courses.values():
+        c.submit("reference", A, c.source_notebook(A))
+
+    def run(kind):
+        c = courses[kind]
+        env = dict(_env(c.path), PATH=path)
+        if kind == "plain_opt_out":
+            env[OPT_OUT_ENV] = OPT_OUT_VALUE
+        if kind.startswith("plain"):
+            cmd = [sys.executable, "-m", "nbgrader", "autograde", A, "--force"]
+        else:
+            cmd = [sys.executable, "-m", "tritoncourse", "grade", A, "--course", str(c.path), "--jobs", "1"]
+            if kind == "classroom_opt_out":
+                cmd.append("--unsandboxed-learners-can-forge-grades")
+        return subprocess.run(cmd, cwd=c.path, env=env, capture_output=True, text=True, timeout=600)
+
+    with ThreadPoolExecutor(2) as pool:
+        procs = dict(zip(courses, pool.map(run, courses)))
+    plain = procs["plain"]
+    assert plain.returncode != 0 and INSTALL_COMMAND in plain.stdout + plain.stderr, plain.stderr[-3000:]
+    assert not (courses["plain"].path / "autograded" / "reference" / A / f"{A}.ipynb").exists()
+    classroom = procs["classroom"]
+    assert classroom.returncode == 2 and INSTALL_COMMAND in classroom.stdout, classroom.stdout + classroom.stderr
+    assert not (courses["classroom"].path / "autograded" / "reference").exists()
+    for kind in ("plain_opt_out", "classroom_opt_out"):
+        p = procs[kind]
+        assert p.returncode == 0, (kind, p.stdout[-2000:], p.stderr[-3000:])
+        assert "UNSANDBOXED" in p.stdout + p.stderr, kind
+        assert sum(courses[kind].scores(A, "reference").values()) == 10, kind
