@@ -21,6 +21,7 @@ import datetime as dt
 import fnmatch
 import os
 import pwd
+import re
 import secrets
 import shutil
 import stat
@@ -31,6 +32,7 @@ from nbgrader.utils import parse_utc
 from traitlets import Integer
 
 FUTURE_SLACK = dt.timedelta(minutes=1)
+STUDENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")  # a learner's id: a folder name of submitted/
 MAX_DEPTH = 8
 
 
@@ -179,6 +181,8 @@ class Collect(RootMade, ExchangeCollect):
         except (IndexError, ValueError, OverflowError):
             return self.refuse(entry.name.split("+", 1)[0], entry.name, "its name holds no timestamp")
         username = parts[0]
+        if not STUDENT.match(username):
+            return self.refuse(username, entry.name, "its name names no learner")
         if timestamp > now + FUTURE_SLACK:
             return self.refuse(username, entry.name, f"dated {parts[2]}, in the future: ignored")
         st = entry.stat(follow_symlinks=False)

@@ -152,7 +152,8 @@ if _idle:
 # the kernel gives the connecting uid (its Unix socket, <exchange>/hand-in.sock, also reaches the learners' containers
 # through the exchange's mount) ---------------------------------------------------------------------------------------
 c.JupyterHub.services.append({"name": "exchange-hand-in", "command": [
-    sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "exchange_service.py"),
+    sys.executable, os.path.join(os.path.dirname(os.path.abspath(sys._getframe(0).f_code.co_filename)),
+                                 "exchange_service.py"),
     os.environ["TRITONHUB_SETTINGS"]]})
 
 # ---- DockerSpawner: each learner's JupyterLab in a container of the learner image ------------------------------------

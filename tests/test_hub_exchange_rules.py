@@ -156,7 +156,7 @@ def test_collect_costs_a_bad_submission_only_its_learner(tmp_path, monkeypatch):
     inbound = tmp_path / "exchange" / COURSE / "inbound"
     inbound.mkdir(parents=True)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime())
-    for student, extra in [("big", "sparse"), ("linked", "link"), ("good", None), ("future", None)]:
+    for student, extra in [("big", "sparse"), ("linked", "link"), ("good", None), ("future", None), ("..", None), ("-rf", None)]:
         when = "2099-01-01 00:00:00.000000 UTC" if student == "future" else stamp
         sub = inbound / f"{student}+{A}+{when}+r"
         sub.mkdir()
@@ -184,7 +184,9 @@ def test_collect_costs_a_bad_submission_only_its_learner(tmp_path, monkeypatch):
     assert any(m.startswith(f"Not collected: big's {A}") and "data.bin is 10737.4 MB" in m for m in seen), seen
     assert any(m.startswith(f"Not collected: linked's {A}") and "is a symbolic link" in m for m in seen), seen
     assert any(m.startswith(f"Not collected: future's {A}") and "in the future: ignored" in m for m in seen), seen
-    assert len((tmp_path / "course" / "exchange-refused.log").read_text().splitlines()) == 3
+    assert any(m.startswith(f"Not collected: -rf's {A}") and "names no learner" in m for m in seen), seen
+    assert not (tmp_path / "course" / A).exists()  # "..+01_vector_add+...": a hidden name, never read
+    assert len((tmp_path / "course" / "exchange-refused.log").read_text().splitlines()) == 4
 
 
 # ------------------------------------------------------------------------------------------- set-up
