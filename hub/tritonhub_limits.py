@@ -52,11 +52,12 @@ def _v2_parent(group: Path, root: bool) -> list[str]:
     processes into ``HUB_LEAF`` where the group is not the hierarchy's ``root``."""
     try:
         available = [c for c in CONTROLLERS if c in (group / "cgroup.controllers").read_text().split()]
+        enabled = set((group / "cgroup.subtree_control").read_text().split())
     except OSError:
         return []
     if not available or not os.access(group, os.W_OK) or group.name.endswith(".slice"):
         return []
-    if not root and set(available) - set(_enable(group, [])):
+    if not root and set(available) - enabled:
         leaf = group / HUB_LEAF
         for _ in range(5):  # a process forked meanwhile lands in the group again: move it and retry
             with contextlib.suppress(OSError):
