@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import pwd
 import shutil
@@ -146,17 +145,18 @@ def test_the_bounded_copy_copies_regular_files(tmp_path):
 # ------------------------------------------------------------------------------------------- collect
 
 def test_collect_costs_a_bad_submission_only_its_learner(tmp_path, monkeypatch):
-    """One learner's oversized file, one's link, one's future date: each refused in one line; the good one collected;
-    collect ends normally."""
-    from nbgrader.auth import Authenticator
-    from nbgrader.coursedir import CourseDirectory
+    """One learner's oversized file, one's link, one's future date, one's name that is no learner's: each refused in
+    one line of the log Formgrader's collect dialog shows (its API, as Formgrader's button calls it); the good one
+    collected; collect succeeds."""
+    from nbgrader.apps import NbGraderAPI
     from traitlets.config import Config
 
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")  # gradebook's alembic
     inbound = tmp_path / "exchange" / COURSE / "inbound"
     inbound.mkdir(parents=True)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime())
-    for student, extra in [("big", "sparse"), ("linked", "link"), ("good", None), ("future", None), ("..", None), ("-rf", None)]:
+    for student, extra in [("big", "sparse"), ("linked", "link"), ("good", None), ("future", None), ("..", None),
+                           ("-rf", None)]:
         when = "2099-01-01 00:00:00.000000 UTC" if student == "future" else stamp
         sub = inbound / f"{student}+{A}+{when}+r"
         sub.mkdir()
@@ -170,21 +170,18 @@ def test_collect_costs_a_bad_submission_only_its_learner(tmp_path, monkeypatch):
     c = Config()
     c.Exchange.root = str(tmp_path / "exchange")
     c.CourseDirectory.course_id = COURSE
-    c.CourseDirectory.assignment_id = A
     c.CourseDirectory.root = str(tmp_path / "course")
+    c.ExchangeFactory.collect = "course_exchange.Collect"
     (tmp_path / "course").mkdir()
-    app = course_exchange.Collect(coursedir=CourseDirectory(config=c), authenticator=Authenticator(config=c), config=c)
-    seen: list[str] = []
-    handler = logging.Handler(logging.ERROR)
-    handler.emit = lambda record: seen.append(record.getMessage())
-    app.log.addHandler(handler)
-    app.start()
+    result = NbGraderAPI(config=c).collect(A)
+    assert result["success"], result
+    log = result["log"]
     submitted = tmp_path / "course" / "submitted"
     assert sorted(p.name for p in submitted.iterdir()) == ["good"]
-    assert any(m.startswith(f"Not collected: big's {A}") and "data.bin is 10737.4 MB" in m for m in seen), seen
-    assert any(m.startswith(f"Not collected: linked's {A}") and "is a symbolic link" in m for m in seen), seen
-    assert any(m.startswith(f"Not collected: future's {A}") and "in the future: ignored" in m for m in seen), seen
-    assert any(m.startswith(f"Not collected: -rf's {A}") and "names no learner" in m for m in seen), seen
+    assert f"[ERROR] Not collected: big's {A} (big+{A}+{stamp}+r): data.bin is 10737.4 MB, more than 100 MB" in log
+    assert f"[ERROR] Not collected: linked's {A}" in log and "01_vector_add.ipynb is a symbolic link" in log, log
+    assert f"[ERROR] Not collected: future's {A}" in log and "in the future: ignored" in log, log
+    assert f"[ERROR] Not collected: -rf's {A}" in log and "its name names no learner" in log, log
     assert not (tmp_path / "course" / A).exists()  # "..+01_vector_add+...": a hidden name, never read
     assert len((tmp_path / "course" / "exchange-refused.log").read_text().splitlines()) == 4
 
