@@ -24,13 +24,13 @@ and 30 learners added from a roster submitting at once (tests/hub_learners.py's 
 Root only (it makes Unix accounts, named th<random>-*, and deletes only those); needs configurable-http-proxy
 (`bash tools/system-deps.sh hub`), Debian's chromium and playwright (as tests/test_browser.py). The hub's servers
 run from a copy of this interpreter outside /root (learners cannot run /root's) with .venv's packages.
+The steps: tests/hub_class.py (outside the browser) and tests/hub_browser.py (in the pages).
 """
 from __future__ import annotations
 
 import html
 import json
 import os
-import pwd
 import re
 import secrets
 import shutil
@@ -43,16 +43,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import SUBMISSIONS, Fixture
-from hub_env import PHASE, Hub, running_hub
+from hub_browser import (instructor_grades, learner_reads_feedback, learner_submissions, learner_submits, login,
+                         open_assignment_list, probe_c_page, rows)
+from hub_class import (ARTIFACTS, KEY_POINTS, KEY_QUESTION, ROOT, WRONG, _freeze, _inbound, _pending, _server_pid,
+                       _wait, check_latest_collected, check_nothing_forged, check_secrets_unread, check_separation,
+                       finished, gradebook_scores, hidden_lines, notebooks, submit_as, write_as)
+from hub_env import PHASE, running_hub
 from hub_learners import hostile_learner, marked_notebook, owner_of
-from test_browser import CHROMIUM, CHROMIUM_ARGS, learner_notebook
-from test_inert_pages import LeakServer, _formgrader_paths, assert_inert, probe
+from test_browser import CHROMIUM, CHROMIUM_ARGS
+from test_inert_pages import LeakServer, assert_inert
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "tests" / "artifacts" / "hub"
-WRONG = "wrong_no_mask"
-KEY_QUESTION, KEY_POINTS = "mask_question", 2
 LOAD_LEARNERS = 30
 
 pytestmark = pytest.mark.slow
@@ -64,236 +64,6 @@ def hub():
     ARTIFACTS.mkdir(parents=True)
     with running_hub(ARTIFACTS) as h:
         yield h
-
-
-# ------------------------------------------------------------------ what serial nbgrader gives
-
-def notebooks() -> dict[str, nbformat.NotebookNode]:
-    release = nbformat.read(ROOT / "release" / PHASE / f"{PHASE}.ipynb", as_version=4)
-    source = nbformat.read(ROOT / "source" / PHASE / f"{PHASE}.ipynb", as_version=4)
-    return {"a": learner_notebook(PHASE), "b": Fixture.load(SUBMISSIONS / PHASE / f"{WRONG}.py").notebook(release, source)}
-
-
-def hidden_lines() -> list[str]:
-    text = (ROOT / "source" / PHASE / f"{PHASE}.ipynb").read_text()
-    lines, inside = [], False
-    for cell in json.loads(text)["cells"]:
-        for line in "".join(cell["source"]).splitlines():
-            if "BEGIN HIDDEN TESTS" in line:
-                inside = True
-            elif "END HIDDEN TESTS" in line:
-                inside = False
-            elif inside and len(line.strip()) > 12:
-                lines.append(line.strip())
-    visible = (ROOT / "release" / PHASE / f"{PHASE}.ipynb").read_text()
-    lines = [line for line in lines if json.dumps(line)[1:-1] not in visible]  # also in a visible test: not hidden
-    assert lines, "source/01_vector_add has no hidden test lines to look for"
-    return lines
-
-
-# ------------------------------------------------------------------ the browser
-
-def login(browser, hub: Hub, user: str, shot):
-    context = browser.new_context(viewport={"width": 1400, "height": 950})
-    page = context.new_page()
-    page.set_default_timeout(120_000)
-    page.goto(f"{hub.base}/hub/login")
-    page.fill("#username_input", user)
-    page.fill("#password_input", hub.passwords[user])
-    shot(page, "login")
-    page.click("#login_submit")
-    page.wait_for_url(re.compile(rf"/user/{re.escape(user)}/lab"), timeout=180_000)
-    page.locator("#jp-main-dock-panel").wait_for()
-    return context, page
-
-
-def open_assignment_list(page):
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Nbgrader$")).click()
-    page.locator('li[data-command="nbgrader:open-assignment-list"]').click()
-    page.locator("#released_assignments_list").wait_for()
-
-
-def rows(page, name: str, count: int):
-    from playwright.sync_api import expect
-
-    items = page.locator(f"#{name}_assignments_list > .list_item")
-    expect(items).to_have_count(count, timeout=120_000)
-    return items
-
-
-def learner_submits(browser, hub: Hub, key: str, nbs: list, shot, refused: tuple = ()) -> None:
-    """The learner fetches in the Assignment List, then for each notebook of ``nbs`` in turn writes it (as the learner)
-    and presses Submit: one more submission listed each time. First, each file of ``refused`` ((content, words of the
-    reason)) is written there and Submit pressed: the Assignment List's dialog gives the reason, nothing is handed in
-    and the file is kept."""
-    user = hub.learners[key]
-    context, page = login(browser, hub, user, lambda p, n: shot(p, f"{key}-{n}"))
-    try:
-        open_assignment_list(page)
-        rows(page, "released", 1).first.locator(".item_status button").click()
-        rows(page, "fetched", 1)
-        shot(page, f"{key}-fetched")
-        target = hub.home(user) / PHASE / f"{PHASE}.ipynb"
-        assert target.exists(), f"the fetch did not write {target}"
-        for i, (content, said) in enumerate(refused):
-            tmp = hub.scratch / f"{key}-refused-{i}.ipynb"
-            tmp.write_bytes(content)
-            tmp.chmod(0o644)
-            hub.as_user(user, "cp", str(tmp), str(target))
-            page.locator('#fetched_assignments_list .item_status button:text("Submit")').click()
-            message = page.locator("#submission-message")  # nbgrader's "Invalid Submission" dialog
-            message.wait_for(timeout=120_000)
-            text = message.inner_text()
-            shot(page, f"{key}-refused-{i}")
-            assert f"{PHASE} was not submitted: {PHASE}.ipynb cannot be graded: {said}" in text, text
-            assert "are unchanged" in text, text
-            page.locator(".jp-Dialog .jp-mod-accept").first.click()
-            message.wait_for(state="detached", timeout=30_000)
-            assert _inbound(hub, user) == [] and learner_submissions(hub, user) == []
-            assert target.read_bytes() == content
-        for i, nb in enumerate(nbs):
-            tmp = hub.scratch / f"{key}-{i}.ipynb"
-            nbformat.write(nb, tmp)
-            tmp.chmod(0o644)
-            hub.as_user(user, "cp", str(tmp), str(target))  # the learner's work, written as the learner
-            page.locator('#fetched_assignments_list .item_status button:text("Submit")').click()
-            rows(page, "submitted", 1)  # one row per assignment, its submissions inside
-            deadline = time.monotonic() + 120
-            while len(learner_submissions(hub, user)) != i + 1:  # what the Assignment List lists
-                assert time.monotonic() < deadline, f"submission {i + 1} of {key} is not recorded"
-                time.sleep(0.5)
-        shot(page, f"{key}-submitted")
-    finally:
-        context.close()
-
-
-def learner_submissions(hub: Hub, user: str) -> list[str]:
-    """The learner's record of its submissions (nbgrader's cache, which the Assignment List lists)."""
-    cache = hub.home(user) / ".local" / "share" / "jupyter" / "nbgrader_cache" / hub.settings["course_id"]
-    return sorted(p.name for p in cache.iterdir()) if cache.is_dir() else []
-
-
-def click_and_wait_modal(frame, selector: str, what: str, timeout_s: float = 600) -> str:
-    frame.locator(selector).first.click()
-    modal = frame.locator("#success-modal, #error-modal")
-    modal.first.wait_for(timeout=timeout_s * 1000)
-    text = modal.first.inner_text()
-    assert frame.locator("#success-modal").count() == 1, f"{what} failed in Formgrader:\n{text[-4000:]}"
-    frame.locator("#success-modal button.close, #success-modal .modal-footer button").first.click()
-    modal.first.wait_for(state="detached", timeout=30_000)
-    return text
-
-
-def instructor_grades(browser, hub: Hub, shot) -> dict:
-    """Collect, autograde, grade the key question, generate and release feedback, all in Formgrader; returns the
-    instructor's log-in (cookies)."""
-    context, page = login(browser, hub, hub.instructor, lambda p, n: shot(p, f"instructor-{n}"))
-    try:
-        fg = f"{hub.base}/user/{hub.instructor}/formgrader"
-        page.goto(f"{fg}/manage_assignments")
-        row = f"tr:has(td.name:has-text('{PHASE}'))"
-        page.locator(row).wait_for()
-        shot(page, "instructor-assignments")
-        click_and_wait_modal(page, f"{row} td.collect a", "collect")
-        page.goto(f"{fg}/manage_submissions/{PHASE}")
-        autograde = page.locator("td.autograde a")
-        page.locator("td.student-id").first.wait_for()
-        assert autograde.count() == len(hub.learners) - 1, page.inner_text("body")  # A, B, C (D is tested apart)
-        for i in range(autograde.count()):
-            click_and_wait_modal(page, f"tr:nth-child({i + 1}) td.autograde a", "autograde")
-        shot(page, "instructor-autograded")
-        submission = _submission_id(hub, hub.learners["a"])
-        page.goto(f"{fg}/submissions/{submission}")
-        page.wait_for_load_state("networkidle")  # Formgrader binds its score boxes once it has the grades
-        score = page.locator(f"input.score#{KEY_QUESTION}")
-        with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT",
-                                  timeout=60_000) as saved:
-            score.fill(str(KEY_POINTS))
-            score.blur()  # Formgrader saves a score on its change event
-        assert saved.value.ok, f"Formgrader could not save the key question's points: {saved.value.status}"
-        deadline = time.monotonic() + 60  # Formgrader saves on change; its tick fades too fast to wait for
-        while gradebook_scores(hub, hub.learners["a"]).get(KEY_QUESTION) != KEY_POINTS:
-            assert time.monotonic() < deadline, "Formgrader did not save the key question's points"
-            time.sleep(1)
-        shot(page, "instructor-key-question")
-        logged_in = context.storage_state()  # for the probe of C's page, in a browser of its own
-        page.goto(f"{fg}/manage_assignments")
-        page.locator(row).wait_for()
-        click_and_wait_modal(page, f"{row} td.generate-feedback a", "generate feedback")
-        click_and_wait_modal(page, f"{row} td.release-feedback a", "release feedback")
-        shot(page, "instructor-feedback-released")
-    finally:
-        context.close()
-    return logged_in
-
-
-def probe_c_page(hub: Hub, leak: LeakServer, logged_in: dict) -> dict:
-    """Formgrader's page for C, loaded logged in as the instructor by tests/test_inert_pages.py's probe: what ran,
-    what was requested."""
-    prefix = f"/user/{hub.instructor}"
-    return probe(f"{hub.base}{prefix}/formgrader/submissions/{_submission_id(hub, hub.learners['c'])}/", leak,
-                 same_origin_ok=lambda path: path.startswith(prefix) and _formgrader_paths(path[len(prefix):]),
-                 storage_state=logged_in)
-
-
-def _submission_id(hub: Hub, student: str) -> str:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{hub.course / 'gradebook.db'}") as gb:
-        return gb.find_submission_notebook(PHASE, PHASE, student).id
-
-
-def gradebook_scores(hub: Hub, student: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{hub.course / 'gradebook.db'}") as gb:
-        sub = gb.find_submission_notebook(PHASE, PHASE, student)
-        return {g.name: g.score for g in sub.grades}
-
-
-def learner_reads_feedback(browser, hub: Hub, shot) -> str:
-    user = hub.learners["a"]
-    context, page = login(browser, hub, user, lambda p, n: shot(p, f"a-feedback-{n}"))
-    try:
-        open_assignment_list(page)
-        page.locator('#submitted_assignments_list button:text("Fetch Feedback")').first.click()
-        found = list((Path(pwd.getpwnam(user).pw_dir) / PHASE / "feedback").glob(f"*/{PHASE}.html"))
-        deadline = time.monotonic() + 60
-        while not found and time.monotonic() < deadline:
-            time.sleep(1)
-            found = list((Path(pwd.getpwnam(user).pw_dir) / PHASE / "feedback").glob(f"*/{PHASE}.html"))
-        assert len(found) == 1, "the learner's Fetch Feedback wrote no feedback page"
-        rel = found[0].relative_to(pwd.getpwnam(user).pw_dir)
-        page.goto(f"{hub.base}/user/{user}/files/{rel.as_posix()}")
-        page.wait_for_load_state("load")
-        shot(page, "a-feedback")
-        return page.content()
-    finally:
-        context.close()
-
-
-# ------------------------------------------------------------------ separation, as learner A
-
-def check_separation(hub: Hub) -> None:
-    a, b = hub.learners["a"], hub.learners["b"]
-    exchange = Path(hub.settings["exchange"]) / hub.settings["course_id"] / "inbound"
-    probes = {
-        "the instructor's home": f"os.listdir({str(hub.course.parent)!r})",
-        "source/": f"open({str(hub.course / 'source' / PHASE / (PHASE + '.ipynb'))!r}).read()",
-        "the gradebook": f"open({str(hub.course / 'gradebook.db')!r}, 'rb').read()",
-        "learner B's home": f"os.listdir({pwd.getpwnam(b).pw_dir!r})",
-        "the exchange's inbound": f"os.listdir({str(exchange)!r})",
-    }
-    b_pids = hub.pids_of(b)
-    if b_pids:
-        probes["learner B's processes"] = f"os.kill({b_pids[0]}, 0)"
-    for what, code in probes.items():
-        out = hub.as_user(a, str(hub.venv / "bin" / "python"), "-c",
-                          f"import os\ntry:\n    {code}\n    print('READ')\nexcept PermissionError:\n    print('DENIED')",
-                          check=False)
-        assert out.stdout.strip() == "DENIED", f"learner A could reach {what}: {out.stdout} {out.stderr[-2000:]}"
-    assert oct(Path(pwd.getpwnam(a).pw_dir).stat().st_mode & 0o777) == "0o700"
-    assert oct(Path(hub.settings["exchange"]).stat().st_mode & 0o7777) == "0o755"  # root's (issue 41)
 
 
 # ------------------------------------------------------------------ the test
@@ -358,73 +128,7 @@ def test_class_on_jupyterhub_from_login_to_feedback(hub, serial_baseline):
     assert "Vector addition" in text and "One or more full blocks" in text, "the feedback page shows no notebook"
 
 
-def _inbound(hub: Hub, user: str) -> list[Path]:
-    """The learner's submissions in the exchange, as collect's pattern finds them (root lists inbound/)."""
-    return sorted((Path(hub.settings["exchange"]) / hub.settings["course_id"] / "inbound").glob(f"{user}+{PHASE}+*"))
-
-
-def check_latest_collected(hub: Hub, key: str, submissions: int) -> None:
-    """Every submission of the learner is still in the exchange (nothing lost), and the one collected (and graded)
-    is the latest."""
-    found = _inbound(hub, hub.learners[key])
-    assert len(found) == submissions, [p.name for p in found]
-    stamps = sorted((p / "timestamp.txt").read_text() for p in found)
-    collected = hub.course / "submitted" / hub.learners[key] / PHASE / "timestamp.txt"
-    assert collected.read_text() == stamps[-1], (collected.read_text(), stamps)
-
-
-def check_nothing_forged(hub: Hub, marker: str) -> None:
-    """tests/hostile's gradebook forger (in C's notebook, aimed at the real gradebook, retrying for 40 s from a
-    detached child): no grade raised, no comment written, no table made."""
-    import sqlite3
-
-    con = sqlite3.connect(f"file:{hub.course / 'gradebook.db'}?mode=ro", uri=True)
-    try:
-        forged = con.execute("SELECT count(*) FROM grade WHERE manual_score = 999 OR extra_credit = 999").fetchone()
-        comments = con.execute("SELECT count(*) FROM comment WHERE manual_comment = ?", (marker,)).fetchone()
-        tables = con.execute("SELECT name FROM sqlite_master WHERE name LIKE 'forged%'").fetchall()
-    finally:
-        con.close()
-    assert forged == (0,) and comments == (0,) and tables == [], (forged, comments, tables)
-
-
-def check_secrets_unread(hub: Hub, key: str) -> None:
-    """The secrets reader's output in C's autograded notebook (what the instructor and C's feedback see) holds no
-    hidden test and no gradebook: it ran, in the sandbox, and found nothing of the course."""
-    nb = nbformat.read(hub.course / "autograded" / hub.learners[key] / PHASE / f"{PHASE}.ipynb", as_version=4)
-    outputs = [json.dumps(c.outputs) for c in nb.cells if c.cell_type == "code" and "HOSTILE-RAN read_secrets"
-               in c.source]  # its outputs may be cut (nbgrader's LimitOutput), its last line with them
-    assert len(outputs) == 1 and outputs[0] != "[]", "C's secrets reader did not run"
-    text = outputs[0]
-    leaked = [line for line in hidden_lines() if json.dumps(line)[1:-1] in text]
-    assert not leaked and "SQLite format 3" not in text, f"C's cell read the course: {leaked[:3]}"
-
-
 # ------------------------------------------------------------------ bad input and load, through nbgrader's commands
-
-def write_as(hub: Hub, user: str, nb: nbformat.NotebookNode | bytes, *extra: tuple[str, str]) -> None:
-    """``user`` writes ``nb`` (and ``extra`` files: (name, text)) into ~/01_vector_add, as that user."""
-    files = [(f"{PHASE}.ipynb", nb if isinstance(nb, bytes) else nbformat.writes(nb).encode())]
-    files += [(name, text.encode()) for name, text in extra]
-    for name, data in files:
-        (hub.scratch / f"{user}-{name}").write_bytes(data)
-        (hub.scratch / f"{user}-{name}").chmod(0o644)
-    folder = hub.home(user) / PHASE
-    hub.as_user(user, "sh", "-c", 'd="$1"; shift; mkdir -p "$d" && for f; do cp "$f" "$d/${f##*/'
-                + user + '-}"; done', "sh", str(folder), *[str(hub.scratch / f"{user}-{n}") for n, _ in files])
-
-
-def submit_as(hub: Hub, user: str, nb: nbformat.NotebookNode | bytes, *extra: tuple[str, str]):
-    """``user`` writes its work (:func:`write_as`), then starts `nbgrader submit 01_vector_add` as that user with
-    the learners' configuration; returns the process."""
-    write_as(hub, user, nb, *extra)
-    return hub.as_user(user, "nbgrader", "submit", PHASE, popen=True)
-
-
-def finished(proc) -> tuple[int, str]:
-    out, err = proc.communicate(timeout=300)
-    return proc.returncode, out + err
-
 
 def test_bad_input_through_the_exchange(hub):
     """Does learner D get a clear refusal for another assignment's notebook and for a text file, with its file kept and
@@ -515,27 +219,6 @@ def test_thirty_learners_submit_at_once(hub):
 # ------------------------------------------------------------------ a server stopped mid-submission, in the browser
 
 STOP_DATA_MB = 64  # beside the notebook, so the copy into the exchange takes a moment (under nbgrader's 100 MB limit)
-
-
-def _server_pid(hub: Hub, user: str) -> int:
-    """The learner's jupyterhub-singleuser process (LocalProcessSpawner runs it as the learner)."""
-    found = [pid for pid in hub.pids_of(user)
-             if b"jupyterhub-singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    assert len(found) == 1, found
-    return found[0]
-
-
-def _freeze(pid: int) -> None:
-    """SIGSTOP, and wait until the process is stopped."""
-    os.kill(pid, signal.SIGSTOP)
-    _wait(lambda: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t"), 10,
-          "the server did not stop on SIGSTOP")
-
-
-def _pending(pid: int) -> int:
-    """The signals pending for the process (its own and its thread group's), as a mask."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
 
 
 def test_server_stopped_while_the_assignment_list_submits(hub):
@@ -701,10 +384,3 @@ def test_server_stopped_while_the_assignment_list_submits(hub):
     seen["seconds"] = round(time.monotonic() - started, 1)
     (ARTIFACTS / "stopped.json").write_text(json.dumps(seen, indent=1))
     print(seen)
-
-
-def _wait(cond, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
