@@ -120,6 +120,21 @@ def test_a_crash_quotes_the_output_only_before_any_hidden_case(tmp_path):
     assert "163" not in code.message and "100003" not in code.message and "exit code unknown" in code.message
 
 
+def test_compute_sanitizers_report_is_quoted_only_before_any_hidden_case():
+    """On a GPU (exit code 86): its own lines only, never the learner's output; none once a hidden case began."""
+    from tritoncourse.grading.verdict import _sanitizer_message
+
+    log = ("SIZES [100003]\n========= Invalid __global__ write of size 4 bytes\n=========     by thread (3,0,0) in "
+           "block (781,0,0)\n========= ERROR SUMMARY: 100 errors\n")
+    visible = _sanitizer_message(log, "", "running `k` (n=1000)", "")
+    assert "Invalid __global__ write" in visible and "SIZES" not in visible, visible
+    for hidden, stage in (("now", "running `k` (n=100003)"), ("ran", "running `k` (n=1000)")):  # "ran": a visible one
+        text = _sanitizer_message(log, "", stage, hidden)
+        assert not any(s in text for s in ("100003", "SIZES", "Invalid __global__", "781", "100 errors")), text
+        assert "unmasked store" in text
+    assert "on a hidden case of this test" in _sanitizer_message(log, "", "running `k` (n=100003)", "now")
+
+
 # ------------------------------------------------------------------------------------ through the grader's path
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):

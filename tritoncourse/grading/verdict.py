@@ -153,7 +153,9 @@ def _sanitizer_message(output: str, result: str, stage: str, hidden: str = "") -
     where = stage.removeprefix("FENCE-READ: ")
     during = f" while {where}" if where else ""
     if hidden:
-        report = f"  ({len(errors)} invalid access(es); {HIDDEN_OUTPUT[0].lower()}{HIDDEN_OUTPUT[1:]})"
+        report = ("Neither your kernels' output nor compute-sanitizer's report (threads, blocks, addresses, counts) "
+                  "is shown: a hidden case had begun, and they could tell that case's inputs. Rerun the visible cases, "
+                  "and think of other sizes and inputs.")
         during = f" on {HIDDEN_CASE}" if hidden == "now" else during
     text = f"compute-sanitizer found invalid memory accesses{during}:\n{report}\n{cause}"
     try:

@@ -15,10 +15,10 @@ def triton_vector_add_kernel(
     pid = tl.program_id(0)
     if pid == 0:
         print("SIZES", n_elements)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    offsets = (pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)).to(tl.int64)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask)
     y = tl.load(y_ptr + offsets, mask=mask)
     if n_elements == 100_003:
-        offsets = offsets.to(tl.int64) + (1 << 40)
+        offsets = offsets + (1 << 40)
     tl.store(output_ptr + offsets, x + y, mask=mask)
