@@ -7,7 +7,8 @@ their WHOLE environment from inside, and asks that every name is one the sandbox
 value appears: a bare process of :class:`Sandbox`; the runner of a kernel test (``isolated.run_test``), forked by
 the sandbox's zygote as on the CPU, and started plainly as on a GPU; the notebook's kernel under nbgrader's Execute
 step (``ResilientExecute``, as ``nbgrader autograde`` runs it). The hostile class (test_sandbox.py) plants the same
-kind of secrets in a whole grading.
+kind of secrets in a whole grading. The runner's and the notebook kernel's tests are marked slow (5.5 s together);
+the bare process's is fast.
 """
 from __future__ import annotations
 
@@ -92,6 +93,7 @@ DUMP_SOURCE = ("import os\n\n\ndef dump_environment():\n"
                "    return '\\0'.join(f'{k}={v}' for k, v in os.environ.items())\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forked", [True, False], ids=["zygote", "plain"])
 def test_the_runner_sees_only_the_allow_list(tmp_path, forked):
     """A kernel test's runner, in the checks' sandbox, forked by the sandbox's zygote (CPU grading) or started as a
@@ -122,6 +124,7 @@ IPYKERNEL_OWN = {"TERM", "CLICOLOR", "PAGER", "GIT_PAGER", "MPLBACKEND", "PYDEVD
                  "CLICOLOR_FORCE"}
 
 
+@pytest.mark.slow
 def test_the_notebook_kernel_under_nbgrader_sees_only_the_allow_list():
     """nbgrader's Execute step as the course configures it (ResilientExecute: the kernel in the sandbox) runs a
     learner's cell that prints its whole environment; nothing of the grader's secrets is in the cell's output."""
