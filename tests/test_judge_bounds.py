@@ -4,10 +4,12 @@ wall-clock budget).
 
 Each hostile runner below runs arbitrary Python in the grading sandbox (the lint skipped on purpose, as in
 test_judge.py) and talks to the real judge, a child of the warm judge zygote; the judge's peak resident memory
-(VmHWM) is sampled while it runs. Before the bounds, a lint-clean module-level value or a function's return value
-of 45 MB of JSON took the judge from ~0.4 GB to ~1.5 GB, and an announced blob was allocated whole (1 GB here)
-before a byte of it came; now each is refused at once and the judge stays at its size. Every such test fails with
-a message saying what was sent and what was expected, and the next test in the same sandbox passes.
+(VmHWM) is sampled while it runs. Before the bounds (2026-11-28), a lint-clean module-level value or a function's
+return value of a million floats (15 MB of JSON) took the judge from ~170 MB to ~460 MB (three million: ~1050 MB)
+and passed, an announced blob was allocated whole (1 GB here: 1194 MB) before a byte of it came, and a runner
+calling the judge without end kept it busy to the test's time limit; now each is refused at once and the judge
+stays at its size. Every such test fails with a message saying what was sent and what was expected, and the next
+test in the same sandbox passes.
 """
 from __future__ import annotations
 
@@ -181,10 +183,10 @@ def test_a_size_that_lies_about_its_content_allocates_nothing(box, baseline):
 
 
 def test_a_huge_return_value_is_refused(box, baseline):
-    """(d) A lint-clean function returning 3 million floats (45 MB of JSON) to the checks that call it."""
+    """(d) A lint-clean function returning a million floats (15 MB of JSON) to the checks that call it."""
     outcome, peak = hostile(box, textwrap.dedent('''
         def f(x):
-            return [0.5] * 3_000_000
+            return [0.5] * 1_000_000
     '''), names=["f"], body=CALL_TEST)
     refused(outcome)
     assert peak < baseline + 16, (peak, baseline)
@@ -193,7 +195,7 @@ def test_a_huge_return_value_is_refused(box, baseline):
 def test_a_huge_configuration_value_is_refused(box, baseline):
     """(d) The same as a lint-clean module-level value the runner names in its hello."""
     outcome, peak = hostile(box, textwrap.dedent('''
-        BLOCK_SIZES = [0.5] * 3_000_000
+        BLOCK_SIZES = [0.5] * 1_000_000
     '''), names=["triton_vector_add_kernel", "BLOCK_SIZES"])
     refused(outcome)
     assert peak < baseline + 16, (peak, baseline)
@@ -207,16 +209,29 @@ FLOOD = HIJACK + textwrap.dedent('''
     while True:  # the judge's objects cannot be called: each request costs it a refusal, forever
         send({"op": "call", "ref": 12345, "body": {}, "storages": {}})
 ''')
+# The same with requests of 900 KB (within a message's budget): each costs the judge ~30 ms of decoding.
+HEAVY_FLOOD = FLOOD.replace('send({"op": "call", "ref": 12345, "body": {}, "storages": {}})',
+                            'send({"op": "call", "ref": 12345, "body": {"0": {"$l": [0] * 300_000}}, "storages": {}})')
+
+
+def test_a_judge_called_without_end_fails_the_test(box):
+    """(e) A runner that never answers but sends the judge requests without end fails its test at the judge's
+    10000th (JudgeLimits.requests: each costs the judge work, and what it returns is kept), not at the wall-clock
+    budget; before, it ran to that budget."""
+    start = time.monotonic()
+    outcome, _ = hostile(box, FLOOD, timeout=60)
+    assert not outcome.ok and outcome.kind == "fail", outcome.report()
+    assert "sent 10001 requests (calls of the grader's functions)" in outcome.message, outcome.message
+    assert time.monotonic() - start < 30
 
 
 def test_a_judge_kept_busy_fails_its_test_at_its_budget(box):
-    """(e) A runner that never answers but sends the judge requests without end: the judge works until the test's
+    """(e) Requests that each cost the judge real work, fewer than that: the judge works until the test's
     wall-clock budget (isolated.py's time limit), then that test fails as timed out."""
-    start = time.monotonic()
-    outcome, _ = hostile(box, FLOOD, timeout=4)
+    outcome, _ = hostile(box, HEAVY_FLOOD, timeout=4)
     assert not outcome.ok and outcome.kind == "timeout", outcome.report()
     assert "did not finish within 4 s" in outcome.message
-    assert time.monotonic() - start < 30
+    assert "while running `triton_vector_add_kernel`" in outcome.message  # the judge was waiting on the launch
 
 
 def test_the_next_test_is_unaffected(box, baseline):
@@ -227,11 +242,11 @@ def test_the_next_test_is_unaffected(box, baseline):
 
 
 def test_past_its_cpu_time_the_judge_fails_the_test(box, monkeypatch):
-    """The judge's CPU time is bounded (RLIMIT_CPU, set in the forked judge): the flood above with a CPU budget
-    of 1 s and a wall-clock budget of 60 s ends at the CPU's, the test failed and the limit named."""
+    """The judge's CPU time is bounded (RLIMIT_CPU, set in the forked judge): the heavy flood above with a CPU
+    budget of 1 s and a wall-clock budget of 60 s ends at the CPU's, the test failed and the limit named."""
     monkeypatch.setenv("TRITONCOURSE_JUDGE_CPU_SECONDS", "1")
     start = time.monotonic()
-    outcome, _ = hostile(box, FLOOD, timeout=60)
+    outcome, _ = hostile(box, HEAVY_FLOOD, timeout=60)
     assert not outcome.ok and outcome.kind == "timeout", outcome.report()
     assert "more than 1 s of the grader's CPU time" in outcome.message, outcome.message
     assert time.monotonic() - start < 30
@@ -257,17 +272,26 @@ def test_past_its_memory_the_judge_fails_the_test(box, baseline, monkeypatch):
     assert peak < baseline + 450, (peak, baseline)
 
 
+def _framed(header: dict, blobs=(), announce=None) -> bytes:
+    import json
+    import struct
+
+    data = json.dumps(dict(header, blobs=[len(x) for x in blobs] if announce is None else announce)).encode()
+    return struct.pack(">I", len(data)) + data + b"".join(blobs)
+
+
 def _runner_says(header: dict, blobs=(), announce=None):
     """A judge's channel and what a runner sent on it (nothing read yet)."""
-    import json
     import socket
-    import struct
 
     from tritoncourse.grading.rpc import Channel
 
     a, b = socket.socketpair()
-    data = json.dumps(dict(header, blobs=[len(x) for x in blobs] if announce is None else announce)).encode()
-    b.sendall(struct.pack(">I", len(data)) + data + b"".join(blobs))
+    data = _framed(header, blobs, announce)
+    if len(data) < 1 << 16:  # fits the socket's buffer: sent before anything else is
+        b.sendall(data)
+    else:
+        threading.Thread(target=b.sendall, args=(data,), daemon=True).start()
     return Channel(a, role="judge"), b
 
 
@@ -317,3 +341,21 @@ def test_what_was_announced_is_not_allocated_before_it_arrives():
     finally:
         tracemalloc.stop()
     assert peak < 4 << 20, peak
+
+
+def test_what_the_runner_made_is_bounded_over_the_test():
+    """Tensors the runner makes (a callback's arguments, returned values) stay in the judge's ``received`` for the
+    test: bounded in all (here 1 MB), not only per message."""
+    from tritoncourse.grading.rpc import Channel, LimitExceeded
+    from tritoncourse.grading.sandbox_limits import JudgeLimits
+
+    spec = {"storage": 0, "offset": 0, "shape": [150_000], "stride": [1], "dtype": "float32", "ref": 1}
+    header = {"body": {"value": {"$tensor": spec}}, "storages": {"0": {"nbytes": 600_000, "device": "cpu",
+                                                                        "fence": None}}}
+    judge_side, peer = _runner_says(header, [bytes(600_000)])
+    judge_side.limits = JudgeLimits(reply_extra_mb=1)
+    judge_side._recv()
+    threading.Thread(target=peer.sendall, args=(_framed(header, [bytes(600_000)]),), daemon=True).start()
+    with pytest.raises(LimitExceeded, match="tensors it made, in all of 1200000 bytes"):
+        judge_side._recv()
+    peer.close()

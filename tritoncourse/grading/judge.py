@@ -154,10 +154,11 @@ def main(judge_dir: str) -> int:
         _write({"ok": False, "kind": "runner-lost", "message": ""})
         return 1
     except LimitExceeded as err:
-        _write({"ok": False, "kind": "fail", "message": f"Your kernels' process sent {err.sent} bytes ({err.what}) "
-                                                          f"where the grader expected at most {err.allowed}; the test "
-                                                          "fails.\nLikely cause: a value far larger than the test "
-                                                          "needs (a list, string or tensor returned or defined)."})
+        cause = ("a value far larger than the test needs (a list, string or tensor returned or defined)"
+                 if err.unit == "bytes" else "a loop that calls the timer or a provider without end")
+        _write({"ok": False, "kind": "fail", "message": f"Your kernels' process sent {err.sent} {err.unit} "
+                                                          f"({err.what}) where the grader expected at most "
+                                                          f"{err.allowed}; the test fails.\nLikely cause: {cause}."})
         return 1
     except (MemoryError, OutOfMemory):
         _write({"ok": False, "kind": "fail", "message": f"Judging what your kernels' process sent took the grader past "

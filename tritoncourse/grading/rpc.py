@@ -49,6 +49,8 @@ class Channel:
         self.limits = limits  # the judge's: what a message from the runner may carry (None: the runner's, unbounded)
         self.waiting: list[tuple[int, int]] = []  # (header, storage) bytes of each request awaiting its reply
         self.sent_header = 0  # the bytes of the last request's header
+        self.taken = 0  # the judge's: bytes of the storages the runner made, decoded so far (all kept: ``received``)
+        self.served = 0  # the judge's: the runner's requests served so far
         self.learner_files = learner_files or set()
         self.objects: dict[int, object] = {}  # ref -> object exposed to the peer
         self.ids: dict[int, int] = {}  # id(object) -> ref
@@ -179,6 +181,10 @@ class Channel:
         if index not in made:
             meta = self._storage_meta.get(index, {}) if hasattr(self, "_storage_meta") else {}
             data = blobs[index]
+            if self.limits is not None:  # each stays in ``received``: bounded over the whole test, not per message
+                self.taken += len(data)
+                if self.taken > self.limits.reply_extra_mb << 20:
+                    raise LimitExceeded(self.taken, self.limits.reply_extra_mb << 20, "tensors it made, in all")
             device = meta.get("device", "cpu")
             if device not in ("cpu", "cuda"):
                 raise ProtocolError(f"an unknown device {device!r}")
@@ -310,6 +316,10 @@ class Channel:
             self._serve_one(header, values, raw)
 
     def _serve_one(self, header: dict, values: dict, raw: dict) -> None:
+        if self.limits is not None:  # each costs the judge work and keeps what it returned (``objects``): bounded
+            self.served += 1
+            if self.served > self.limits.requests:
+                raise LimitExceeded(self.served, self.limits.requests, "calls of the grader's functions", "requests")
         try:
             obj = self.objects[header["ref"]] if header.get("ref") else None
             if header.get("ref") and obj is None:

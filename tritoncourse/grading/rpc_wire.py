@@ -42,11 +42,12 @@ class ProtocolError(BaseException):
 
 
 class LimitExceeded(ProtocolError):
-    """The peer announced more bytes than the receiver asked for (:class:`Budget`): nothing of them was allocated."""
+    """The peer announced more bytes than the receiver asked for (:class:`Budget`; nothing of them was allocated), or
+    more of something else (``unit``) than the judge allows in one test."""
 
-    def __init__(self, sent: int, allowed: int, what: str):
-        super().__init__(f"{what} of {sent} bytes where at most {allowed} were expected")
-        self.sent, self.allowed, self.what = sent, allowed, what
+    def __init__(self, sent: int, allowed: int, what: str, unit: str = "bytes"):
+        super().__init__(f"{what} of {sent} {unit} where at most {allowed} were expected")
+        self.sent, self.allowed, self.what, self.unit = sent, allowed, what, unit
 
 
 class OutOfMemory(BaseException):

@@ -62,7 +62,10 @@ class JudgeLimits:
     memory_mb: int = 6144
     cpu_seconds: int = 1800  # CPU time of the judge process, all its threads (SIGXCPU: the test fails, said so)
     header_kb: int = 1024  # JSON in one message from the runner, beyond twice what the judge's waiting requests sent
-    reply_extra_mb: int = 64  # storages in one message from the runner beyond those the waiting requests sent
+    # Storages in one message from the runner beyond those the waiting requests sent; also all the storages the
+    # runner makes (returned values, a callback's arguments) over one test, which the judge keeps.
+    reply_extra_mb: int = 64
+    requests: int = 10000  # the runner's calls of the judge's functions (timers, providers) in one test
 
     @classmethod
     def from_env(cls, env=os.environ) -> "JudgeLimits":
