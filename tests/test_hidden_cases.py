@@ -80,8 +80,16 @@ def test_a_checks_message_quotes_no_learner_error_on_a_hidden_case(judge_dir):
             messages[where] = str(KernelCheckError(f"`add(x, y)` raised {type(err).__name__}: {err}\nLikely cause: "
                                                    "read the error above."))
 
-    _run_cell(judge_dir, probe)
+    def rewritten(where):  # a check that rewrites its own message (softmax's fp16 hint) keeps its words
+        try:
+            probe(where)
+            raise KernelCheckError(messages[where])
+        except KernelCheckError as err:
+            messages[where] = str(KernelCheckError(str(err).split("\nLikely cause:")[0] + "\nLikely cause: fp32."))
+
+    _run_cell(judge_dir, rewritten)
     assert "SIZES torch.Size([100003]) seen visible" in messages["visible"]
+    assert messages["hidden"].endswith("Likely cause: fp32.")
     assert "100003" not in messages["hidden"] and NOT_SHOWN in messages["hidden"], messages["hidden"]
     assert messages["hidden"].startswith("`add(x, y)` raised ValueError: ") and "Likely cause" in messages["hidden"]
 

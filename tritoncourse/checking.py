@@ -25,7 +25,9 @@ class KernelCheckError(AssertionError):
 
     def __init__(self, message: str = "", *args):
         handled = sys.exc_info()[1]
-        if handled is not None and isinstance(message, str) and in_hidden_case():
+        # A check's own error rewritten (handled is a KernelCheckError): its text is the check's, scrubbed already.
+        if handled is not None and not isinstance(handled, KernelCheckError) and isinstance(message, str) \
+                and in_hidden_case():
             message = scrub(message, handled)
         super().__init__(message, *args)
 
