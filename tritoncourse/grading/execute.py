@@ -21,7 +21,7 @@ from .autograded_folder import AutogradedFolder
 from .isolated import is_kernel_test
 from .links import refused_reason
 from .notebook_bounds import _NotebookExpired, _RunBound, _Watchdog
-from .notebook_kernel import SandboxedKernel
+from .notebook_kernel import LOST, SandboxedKernel
 from .submission import _error_output, _stdout, submission_refusal
 
 
@@ -73,7 +73,8 @@ class ResilientExecute(SandboxedKernel, AutogradedFolder, Execute):
         # finalized there with an open socket waits forever in zmq_ctx_term, pyzmq #1167 / jupyter_client #482).
         self._contexts, self._monitors = [], []
         self._client = self._manager = self._kernel_proc = None
-        self._oversized = False
+        self._oversized = self._lost = False
+        self._socket_inodes = {}
         resources = resources if resources is not None else {}
         self._drop_linked_copies(resources)
         refused = refused_reason(nb) or submission_refusal(self, resources)
@@ -131,6 +132,10 @@ class ResilientExecute(SandboxedKernel, AutogradedFolder, Execute):
 
     def _stopped_text(self) -> str:
         why = self._expired()
+        if self._lost and not why:
+            return ("The notebook's Python process closed or replaced its connection to the grader during this cell "
+                    "(one of its kernel's sockets): the grader never connects to a notebook's kernel again, so the "
+                    "notebook was stopped here. Later cells were not run; the tests were graded outside the notebook.")
         if self._oversized and not why:
             return (f"This cell sent the grader a single message of more than {self.message_limit >> 20} MB (output, "
                     "an image, a widget's data): the grader refuses such messages as they arrive, and stopped the "
@@ -146,6 +151,8 @@ class ResilientExecute(SandboxedKernel, AutogradedFolder, Execute):
                 "Later cells were not run; the tests were graded outside the notebook.")
 
     def _stopped_output(self) -> NotebookNode:
+        if self._lost and not self._expired():
+            return _error_output("KernelConnectionLost", self._stopped_text())
         name = "OutputTooLarge" if self._oversized and not self._expired() else {
             "memory": "OutputTooLarge", "run": "GradingStopped"}.get(self._expired(), "NotebookTimeout")
         return _error_output(name, self._stopped_text())
@@ -189,7 +196,8 @@ class ResilientExecute(SandboxedKernel, AutogradedFolder, Execute):
         # Stopped from outside while the cell still ended: a message refused (its outputs are not whole), or a bound
         # that passed after the kernel had answered (nbclient read the reply before the watchdog's kill).
         expired = self._expired()
-        stopped = ("the kernel sent a message larger than the grader accepts" if self._refused_message() else
+        stopped = ((LOST if self._lost else "the kernel sent a message larger than the grader accepts")
+                   if self._refused_message() else
                    f"the notebook's {expired} bound passed during this cell" if expired else "")
         if stopped:
             cell.setdefault("outputs", []).append(self._stopped_output())

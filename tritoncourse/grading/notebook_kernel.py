@@ -4,6 +4,20 @@ the run made ended explicitly (:meth:`SandboxedKernel._release`).
 
 :class:`SandboxedKernel` is a part of :class:`execute.ResilientExecute` (a mixin before nbgrader's Execute): it
 uses that class's traits (``message_limit``) and run state (``_box``, ``_keep``, ``_watchdog``, ``_oversized``).
+
+The grader connects to the kernel once, never where the kernel points it (issue 42). The kernel binds its five ipc
+sockets in the sandbox's shared folder, which the learner's code can write: a socket file replaced by a link to a
+Unix socket outside the sandbox, then a reconnection (a dropped connection, which zmq reconnects by the same path, or
+an unanswered heartbeat, whose channel makes a new socket), would have this process (root, outside the sandbox)
+connect to that socket. The kernel must bind them (so a folder it cannot write is no option), zmq connects by path,
+and Jupyter's kernels listen while the client connects; so, of the ways out (a folder the kernel cannot write; a
+descriptor or /proc/self/fd path; TCP in a network namespace the grader enters; no reconnection), the smallest sound
+one is taken: each channel is connected exactly once, after the kernel bound its sockets and each file was checked
+to be a socket owned by the sandbox's user, before any cell (any learner code) runs; every socket of the run's
+contexts has ZMQ_RECONNECT_IVL -1 (never reconnected), no heartbeat runs (nbclient asks the kernel manager, which
+watches the process, whether the kernel lives), and the manager's control socket and the client's channels are never
+made again. A channel lost later is that notebook's failure: the cell stops with ``KernelConnectionLost``. The
+connection file is written in the grader's own folder, bound read-only inside (``Sandbox.private``).
 """
 from __future__ import annotations
 
@@ -11,6 +25,7 @@ import contextlib
 import json
 import os
 import shlex
+import stat
 import sys
 import time
 
@@ -20,22 +35,104 @@ from nbclient.exceptions import DeadKernelError
 from . import sandbox
 from .notebook_bounds import _NotebookExpired
 
+LOST = "the notebook's kernel closed or replaced its connection to the grader"
 
-def _sandboxed_kernel_manager_class(base, uid):
-    """``base`` (nbclient's AsyncKernelManager) whose connection file the sandbox's user can read."""
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+
+
+def _socket_files(conn) -> dict[str, str]:
+    """The ipc socket file of each channel of a kernel manager or client (``ip-port``)."""
+    return {ch: f"{conn.ip}-{getattr(conn, ch + '_port')}" for ch in CHANNELS}
+
+
+def _kernel_socket(path: str, uid: int) -> os.stat_result | None:
+    """``path``'s status when it is a socket (not a link) owned by ``uid``, else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISSOCK(st.st_mode) and st.st_uid == uid else None
+
+
+def _wait_for_kernel_sockets(manager, uid: int, timeout: float) -> dict[str, int]:
+    """Wait until the kernel bound every channel's socket (each a socket owned by ``uid``); their inodes. Before the
+    first cell only the kernel's own start runs in the sandbox, so what is found is the kernel's."""
+    deadline = time.monotonic() + timeout
+    files = _socket_files(manager)
+    while True:
+        found = {path: _kernel_socket(path, uid) for path in files.values()}
+        if all(found.values()):
+            time.sleep(0.05)  # bind() makes the file, listen() follows at once: a connect now is never refused
+            return {path: st.st_ino for path, st in found.items()}
+        proc = getattr(getattr(manager, "provisioner", None), "process", None)
+        if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
+            missing = [ch for ch, path in files.items() if not found[path]]
+            raise RuntimeError(f"the notebook's kernel did not make its sockets ({', '.join(missing)})")
+        time.sleep(0.02)
+
+
+def _sandboxed_kernel_manager_class(base, uid, run):
+    """``base`` (nbclient's AsyncKernelManager) whose connection file the sandbox's user can read, and whose control
+    socket is connected once, to the kernel's own socket (``run``: the ResilientExecute, which keeps the inodes)."""
 
     class SandboxedKernelManager(base):
+        _control_made = False
+
         def write_connection_file(self, **kwargs):
-            super().write_connection_file(**kwargs)
+            super().write_connection_file(**kwargs)  # in the grader's own folder: no sandboxed process can link it
             if uid is not None:
                 os.chown(self.connection_file, uid, uid)
 
+        def _connect_control_socket(self) -> None:
+            if self._control_made:  # closed or lost: never connected again (where it points may be a link now)
+                return
+            run._socket_inodes = _wait_for_kernel_sockets(self, os.getuid() if uid is None else uid,
+                                                          run.startup_timeout)
+            self._control_made = True
+            super()._connect_control_socket()
+
+        async def _async_interrupt_kernel(self) -> None:
+            import zmq
+
+            try:
+                await super()._async_interrupt_kernel()
+            except zmq.Again:  # the control channel was lost: the interrupt goes nowhere (the cell's time-out acts)
+                self.log.warning("The notebook's kernel's control channel is lost: interrupt not sent")
+
+        async def _async_request_shutdown(self, restart: bool = False) -> None:
+            import zmq
+
+            try:
+                await super()._async_request_shutdown(restart=restart)
+            except zmq.Again:  # lost: the kernel is killed once the shutdown's wait has passed
+                self.log.warning("The notebook's kernel's control channel is lost: shutdown request not sent")
+
     return SandboxedKernelManager
+
+
+def _connect_once(client):
+    """``client`` (a kernel client) that starts no heartbeat and makes each channel's socket at most once."""
+    made: set[str] = set()
+    create = client._create_connected_socket
+
+    def create_once(channel, identity=None):
+        if channel in made or channel == "hb":
+            raise RuntimeError(f"the grader connects to the notebook's kernel once ({channel} asked again)")
+        made.add(channel)
+        return create(channel, identity=identity)
+
+    start = client.start_channels
+    client._create_connected_socket = create_once
+    client.start_channels = lambda *args, **kw: start(*args, **{**kw, "hb": False})
+    return client
 
 
 
 class SandboxedKernel:
     """ResilientExecute's kernel and client: in the sandbox, bounded, explicitly released."""
+
+    _lost = False  # a channel to the kernel was lost (closed or replaced by the kernel): never reconnected
+    _socket_inodes: dict[str, int] = {}  # the kernel's socket files, as checked before the first cell
 
     def _kernel_process(self):
         """The kernel's process (the sandbox's outer process), once started: the Popen nbclient's provisioner made."""
@@ -110,6 +207,8 @@ class SandboxedKernel:
         self._contexts.append(ctx)
         if self.message_limit > 0:
             ctx.setsockopt(zmq.MAXMSGSIZE, int(self.message_limit))
+        if self._box is not None:  # a sandboxed kernel: no socket ever reconnects (see the module's docstring)
+            ctx.setsockopt(zmq.RECONNECT_IVL, -1)
         return ctx
 
     def _manager_context(self):
@@ -118,7 +217,10 @@ class SandboxedKernel:
 
         klass = self.kernel_manager_class.class_traits().get("context")
         klass = getattr(klass, "klass", None)
-        return self._context(klass if isinstance(klass, type) and issubclass(klass, zmq.Context) else zmq.Context)
+        ctx = self._context(klass if isinstance(klass, type) and issubclass(klass, zmq.Context) else zmq.Context)
+        if self._box is not None:  # a control socket whose channel was lost (never reconnected) must not block a send
+            ctx.setsockopt(zmq.SNDTIMEO, 1000)
+        return ctx
 
     def create_kernel_manager(self):
         if self._box is None:
@@ -141,10 +243,10 @@ class SandboxedKernel:
                 "display_name": "Python 3 (grading sandbox)", "language": "python", "interrupt_mode": "message",
                 "metadata": {}}
         (specs / "tritoncourse-sandboxed" / "kernel.json").write_text(json.dumps(spec))
-        manager = _sandboxed_kernel_manager_class(self.kernel_manager_class, box.uid)
+        manager = _sandboxed_kernel_manager_class(self.kernel_manager_class, box.uid, self)
         self.km = manager(kernel_name="tritoncourse-sandboxed", config=self.config,
                           kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]), transport="ipc",
-                          ip=str(box.shared / "kernel"), connection_file=str(box.shared / "connection.json"),
+                          ip=str(box.shared / "kernel"), connection_file=str(box.private / "connection.json"),
                           context=self._manager_context())
         self._manager = self.km
         return self.km
@@ -164,14 +266,15 @@ class SandboxedKernel:
             self._client = self.kc
             return self.kc
         client = self.km.client
-        self.km.client = lambda **kw: client(context=self._context(zmq.asyncio.Context), **kw)
+        self.km.client = lambda **kw: _connect_once(client(context=self._context(zmq.asyncio.Context), **kw)) \
+            if self._box is not None else client(context=self._context(zmq.asyncio.Context), **kw)
         try:
             self.kc = await super().async_start_new_kernel_client()
         finally:
             with contextlib.suppress(AttributeError):
                 del self.km.client
         self._client = self.kc
-        for channel in ("shell_channel", "iopub_channel", "stdin_channel"):
+        for channel in ("shell_channel", "iopub_channel", "stdin_channel", "control_channel"):
             sock = getattr(getattr(self.kc, channel), "socket", None)
             if sock is not None:
                 monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
@@ -188,7 +291,7 @@ class SandboxedKernel:
         sandbox's, a bound's) takes its sockets with it: that is not a refused message."""
         import zmq
 
-        if self._oversized:
+        if self._oversized or self._lost:
             return True
         disconnected = False
         for mon in self._monitors[1::2]:  # the shadows
@@ -203,15 +306,28 @@ class SandboxedKernel:
         proc, until = self._kernel_proc, time.monotonic() + 0.5
         while proc is not None and proc.poll() is None and time.monotonic() < until:
             time.sleep(0.05)  # a dying kernel's sockets go first: give it the time to be seen dead
-        self._oversized = proc is not None and proc.poll() is None
-        return self._oversized
+        if proc is None or proc.poll() is not None:
+            return False
+        # The kernel lives: a frame past message_limit was refused, unless a socket file is no longer the kernel's
+        # (closed or replaced by the learner's code: the channel is lost, and the grader never connects again).
+        self._lost = self._sockets_replaced()
+        self._oversized = not self._lost
+        return True
+
+    def _sockets_replaced(self) -> bool:
+        """Whether a socket file of the kernel is gone or no longer the one checked before the first cell."""
+        if self._box is None:
+            return False
+        uid = os.getuid() if self._box.uid is None else self._box.uid
+        now = {path: _kernel_socket(path, uid) for path in self._socket_inodes}
+        return any(st is None or st.st_ino != self._socket_inodes[path] for path, st in now.items())
 
     async def _async_check_alive(self) -> None:
         # nbclient calls this every second while a cell runs: a refused message stops the cell at once (as a dead
         # kernel does), instead of waiting for outputs that were dropped with it.
         await super()._async_check_alive()
         if self._refused_message():
-            raise DeadKernelError("the kernel sent a message larger than the grader accepts")
+            raise DeadKernelError(LOST if self._lost else "the kernel sent a message larger than the grader accepts")
 
     def _kernel_pid(self) -> int | None:
         provisioner = getattr(self.km, "provisioner", None)

@@ -1,0 +1,81 @@
+"""The grader never connects where a notebook's kernel points it (issue 42): the kernel's ipc sockets live in the
+sandbox's shared folder, which the kernel (the learner's code) can write, so a socket file replaced by a link to a
+Unix socket outside the sandbox, followed by a reconnection, would have the grader's client (root, outside the
+sandbox) connect to that socket, again and again through the heartbeat.
+
+tests/hostile/grader_paths/kernel_links.py is such a notebook, graded here by ResilientExecute (the course's
+nbgrader step) with a listener on the host path its links name: it links all five socket files, stops itself for
+3 s (the heartbeat), then drops its stdin and control connections. Before the fix the listener saw the grader connect
+(the heartbeat's new sockets, then every dropped channel's reconnection); now the grader connects each channel once,
+after checking each socket file is the kernel's and before any cell runs, never again, and runs no heartbeat: the
+listener sees nothing, the stopped kernel goes on, and the notebook whose channel was dropped is stopped there with a
+message that says so.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from tritoncourse.grading import sandbox
+from tritoncourse.grading.nbgrader_plugin import ResilientExecute
+
+pytestmark = pytest.mark.slow
+HOSTILE = Path(__file__).resolve().parent / "hostile" / "grader_paths" / "kernel_links.py"
+
+
+class UnixListener:
+    """A Unix socket outside any sandbox that records every connection made to it."""
+
+    def __init__(self, path: Path):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(str(path))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.connections = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def test_the_grader_never_connects_where_the_kernel_points_it(tmp_path):
+    assert sandbox.problem() is None, sandbox.problem()
+    host = tmp_path / "host.sock"
+    cells = HOSTILE.read_text().replace("{{host_socket}}", str(host)).split("# %%\n")
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    listener = UnixListener(host)
+    try:
+        start = time.monotonic()
+        nb, resources = ResilientExecute(timeout=20, probe_timeout=4).preprocess(nb, {})
+        seconds = time.monotonic() - start
+        time.sleep(1)  # a reconnection after the run would come now
+    finally:
+        listener.close()
+    outputs = [nbformat.writes(new_notebook(cells=[c])) for c in nb.cells]
+    assert listener.connections == 0, f"the grader connected {listener.connections} times to the kernel's link"
+    assert "resumed" in outputs[0], outputs[0]  # no heartbeat: a kernel stopped for a while is not given up
+    assert "dropped 3" in outputs[1] and "KernelConnectionLost" in outputs[1], outputs[1]
+    assert not nb.cells[2].outputs, "the notebook goes on after a channel was lost"
+    assert resources["tritoncourse"]["kernel_died_at"] == 1, resources
+    assert seconds < 60, seconds
