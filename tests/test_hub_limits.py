@@ -184,6 +184,7 @@ def test_memory_past_the_limit_is_killed_only_in_that_learner(hub):
     reached = int((proc.stdout.split() or ["0"])[-1])
     assert proc.returncode == -9, f"the hog was not killed: rc {proc.returncode}, {reached} MiB, {proc.stderr[-500:]}"
     assert reached << 20 < MEMORY, f"{reached} MiB allocated under a {MEMORY >> 20} MiB limit"
+    print(f"memory: the hog killed after {reached} MiB")
     m = a["memory"]
     events = read(m / "memory.events") if (m / "memory.events").exists() else read(m / "memory.oom_control")
     assert "oom_kill 0" not in events, events
@@ -201,6 +202,7 @@ def test_forks_past_the_process_limit_are_refused_only_for_that_learner(hub):
     assert "refused" in proc.stdout, proc.stdout + proc.stderr[-500:]
     forked = int(proc.stdout.split()[-1])
     assert 0 < forked < PIDS, proc.stdout
+    print(f"processes: {forked} forks, then refused")
     assert alive(a_pid)  # the server itself keeps running: only new tasks were refused
     b = as_learner_in(hub, hub.learners["b"], groups_of(b_pid), "import subprocess\nprint(subprocess.run(['true']).returncode)")
     assert b.stdout.strip() == "0", b.stderr
@@ -223,6 +225,8 @@ def test_a_busy_loop_gets_no_more_than_the_cpu_quota(hub):
     after = dict(line.split() for line in read(stat).splitlines())
     assert used <= CPUS * wall * 1.25 + 0.1, f"{used:.2f} s of CPU in {wall} s under a {CPUS} CPU quota"
     assert int(after["nr_throttled"]) > int(before["nr_throttled"]), (before, after)  # the quota acted
+    print(f"cpu: {used:.2f} s of CPU in {wall} s, throttled {int(after['nr_throttled']) - int(before['nr_throttled'])}"
+          " times")
     assert_others_live(hub, b_pid)
 
 
