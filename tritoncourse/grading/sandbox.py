@@ -225,10 +225,16 @@ class Sandbox(SandboxCommandLine, SandboxLimits):
         record = {**_identity(os.getpid()), "cgroups": [str(p) for p in self.cgroups],
                   "mounts": [str(p) for p in self.mounts]}
         (self.root / OWNER_FILE).write_text(json.dumps(record))
-        (self.shared / "home").mkdir()  # HOME inside: made here, once (tests start from several threads)
-        if self.uid is not None:
-            os.chown(self.shared, self.uid, self.uid)
-            os.chown(self.shared / "home", self.uid, self.uid)
+        # HOME inside: made here, once (tests start from several threads); through the shared folder's descriptor,
+        # as everything the grader makes in it (nothing runs inside yet, but no path below it is trusted).
+        shared = os.open(self.shared, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.mkdir("home", dir_fd=shared)
+            if self.uid is not None:
+                os.fchown(shared, self.uid, self.uid)
+                os.chown("home", self.uid, self.uid, dir_fd=shared, follow_symlinks=False)
+        finally:
+            os.close(shared)
         if self.gpu is None:
             self.gpu = bool(_gpu_devices())
         self._killed: list[str] = []  # what the watchdog or the cgroup stopped, and why
