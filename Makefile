@@ -66,7 +66,7 @@ $(VENV)/.installed: requirements/lock.txt requirements/test.txt requirements/tor
 	touch $@
 
 # Before anything is installed: was .venv/, if there, made by a Python the pins install on, and is $(PYTHON) one?
-# If not, the ways out. ($(PYTHON) is looked up with .venv/bin first on PATH.) `make hub` checks only $(PYTHON)
+# If not, the ways out. ($(PYTHON) is looked up with .venv/bin first on PATH.) The hub's target checks only $(PYTHON)
 # (PY=/nonexistent), which builds the hub's own environment; PYTHON_FOR names the target in the advice.
 PYTHON_FOR ?= lab
 python-check:
