@@ -93,4 +93,6 @@ def test_a_racing_process_in_the_sandbox_changes_no_file_outside(tmp_path):
     changed = {name: (before.get(name), after.get(name)) for name in set(before) | set(after)
                if before.get(name) != after.get(name)}
     assert not changed, f"the grader followed a planted link: {changed}\nthe racing process: {out}{err[-2000:]}"
+    raced = json.loads(out.strip().splitlines()[-1])
+    assert raced["folders_seen"] == 4, f"the racing process missed a test's folder: {raced}"
     assert all(o.ok for o in outcomes), "\n".join(f"{o.kind}: {o.message}" for o in outcomes)
