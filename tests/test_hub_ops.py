@@ -181,3 +181,21 @@ def test_backup_copies_the_gradebook_while_it_is_written_and_keeps_links_as_link
         planted = tar.getmember("exchange/triton-kernels/inbound/planted")
         assert planted.issym() and planted.linkname == "/etc/shadow"
         assert tar.extractfile("exchange/triton-kernels/inbound/a+01+1").read() == b"a notebook"
+
+
+def test_make_hub_checks_the_python_before_anything_else(tmp_path):
+    """`make hub`'s first step is python-check on $(PYTHON) alone (not .venv's), with the hub's advice; an interpreter
+    older than 3.11.5 stops it there (a stand-in that reports 3.11.2, as Debian 12's python3)."""
+    steps = subprocess.run(["make", "-n", "hub"], cwd=ROOT, capture_output=True, text=True).stdout.splitlines()
+    assert "python-check PY=/nonexistent PYTHON_FOR=hub" in steps[0], steps[:3]
+    assert any("system-deps.sh hub" in s for s in steps[1:]) and any("tritonhub.py setup" in s for s in steps[1:])
+    old = tmp_path / "python3"
+    old.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Python 3.11.2'; exit 0; fi\nexit 1\n")
+    old.chmod(0o755)
+    proc = subprocess.run(["make", "--no-print-directory", "python-check", "PY=/nonexistent", "PYTHON_FOR=hub",
+                           f"PYTHON={old}"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and "Found: Python 3.11.2" in proc.stdout, proc.stdout + proc.stderr
+    assert "make hub PYTHON=" in proc.stdout and "not under /root" in proc.stdout
+    fits = subprocess.run(["make", "--no-print-directory", "python-check", "PY=/nonexistent", "PYTHON_FOR=hub",
+                           f"PYTHON={sys.executable}"], cwd=ROOT, capture_output=True, text=True)
+    assert fits.returncode == 0 and not fits.stdout.strip(), fits.stdout  # this one (3.11.7 here) fits
