@@ -199,3 +199,27 @@ def test_make_hub_checks_the_python_before_anything_else(tmp_path):
     fits = subprocess.run(["make", "--no-print-directory", "python-check", "PY=/nonexistent", "PYTHON_FOR=hub",
                            f"PYTHON={sys.executable}"], cwd=ROOT, capture_output=True, text=True)
     assert fits.returncode == 0 and not fits.stdout.strip(), fits.stdout  # this one (3.11.7 here) fits
+
+
+@needs_root
+def test_a_learner_changes_their_password_with_passwd():
+    """What docs/JUPYTERHUB.md tells learners: `passwd` as the learner (their terminal) changes the password that the
+    hub's PAM log-in (PAMAuthenticator: pamela, service `login`) then takes; the old one is refused."""
+    pamela = pytest.importorskip("pamela", reason="pamela (requirements/hub.txt) is not installed")
+    if not (shutil.which("useradd") and shutil.which("passwd") and shutil.which("setpriv")):
+        pytest.skip("needs useradd, passwd and setpriv")
+    name = "th" + os.urandom(3).hex() + "-pw"
+    subprocess.run(["useradd", "--create-home", name], check=True)
+    try:
+        subprocess.run(["chpasswd"], input=f"{name}:Old-pass-123\n", text=True, check=True)
+        import pwd
+
+        pw = pwd.getpwnam(name)
+        changed = subprocess.run(["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "passwd"],
+                                 input="Old-pass-123\nNew-pass-456x\nNew-pass-456x\n", capture_output=True, text=True)
+        assert changed.returncode == 0, changed.stdout + changed.stderr
+        pamela.authenticate(name, "New-pass-456x", service="login")
+        with pytest.raises(pamela.PAMError):
+            pamela.authenticate(name, "Old-pass-123", service="login")
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
