@@ -2,6 +2,12 @@
 
 Every check returns ``(ok, message)`` or raises :class:`KernelCheckError` with a message written
 for a learner: what differs, where, and the likely cause.
+
+On a hidden case of a test (grading/hidden_cases.py) a message names no input of that case: no size, shape,
+stride, seed, index, element value, count, nor anything the learner's code returned (it could encode the inputs).
+The checks describe what they ran on with a :class:`Case` (its numbers on a visible case, its kind in words on a
+hidden one), put every other number of a case through :func:`shown`, and :func:`compare` says on a hidden case
+what kind of difference it found, not where or how many.
 """
 from __future__ import annotations
 
@@ -46,8 +52,86 @@ def stage(text: str) -> None:
             f.write(text)
 
 
+def hidden() -> bool:
+    """Whether the check runs a hidden case of the judge's test now: its messages then name no input."""
+    return in_hidden_case()
+
+
+def shown(detail: str, words: str = "") -> str:
+    """``detail`` (numbers of the case: sizes, strides, indices, values) on a visible case; ``words``, which say
+    the same without them, on a hidden one."""
+    return words if hidden() else detail
+
+
+class Case:
+    """What a check ran on, for its messages: ``detail`` with the case's numbers (``n_elements=1000,
+    BLOCK_SIZE=128, float32, seed 7``), ``kinds`` the same case in words (``a size that is not a multiple of
+    BLOCK_SIZE``, ``float32``). Formatted into a message (``f"Wrong values ({case})"``) it is the detail on a
+    visible case and "a hidden case: <its kinds>" on a hidden one, decided when the message is written."""
+
+    def __init__(self, detail: str, *kinds: str):
+        self.detail = detail
+        self.kinds = tuple(k for k in kinds if k)
+
+    def words(self) -> str:
+        return "a hidden case: " + ", ".join(self.kinds) if self.kinds else "a hidden case"
+
+    def __str__(self) -> str:
+        return self.words() if hidden() else self.detail
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __add__(self, other: str) -> str:
+        return str(self) + other
+
+    def __radd__(self, other: str) -> str:
+        return other + str(self)
+
+    def but(self, detail_prefix: str, *kinds: str) -> "Case":
+        """This case with more said before its detail (``config #2 of 3: ...; ``) and more kinds."""
+        return Case(detail_prefix + self.detail, *kinds, *self.kinds)
+
+
+def size_kind(n: int, block: int, what: str = "a size", unit: str = "BLOCK_SIZE", blocks: str = "blocks") -> str:
+    """``n`` against ``block`` in words, no number: ragged or not, one block or several."""
+    if n < block:
+        return f"{what} smaller than {unit} (one partial {blocks[:-1]})"
+    if n % block:
+        return f"{what} that is not a multiple of {unit} (several {blocks}, the last one partial)"
+    return f"{what} that is a multiple of {unit}" + (f" (one full {blocks[:-1]})" if n == block else
+                                                      f" (several full {blocks})")
+
+
+def tiles_kind(M: int, N: int, block_m: int, block_n: int) -> str:
+    """M and N against the output's tiles, in words (no number)."""
+    ragged = [name for name, n, b in (("M", M, block_m), ("N", N, block_n)) if n % b]
+    one = M <= block_m and N <= block_n
+    if not ragged:
+        return "M and N multiples of the tiles" + (" (a single tile)" if one else "")
+    which = " and ".join(ragged)
+    return f"{which} not {'multiples' if len(ragged) > 1 else 'a multiple'} of the tiles (the last tiles partial)"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 def _fmt(v: float) -> str:
     return f"{v:.6g}"
+
+
+def _hidden_difference(name: str, a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor, atol: float,
+                       rtol: float) -> str:
+    """What differs on a hidden case, in words: how much of the output (all, or part), NaN or inf where the
+    reference is a number; never how many, where, or which values (the kernel chooses them)."""
+    lines = [f"{name}: {'every element differs' if bool(bad.all()) else 'some elements differ'} from the "
+             f"reference (atol={atol:g}, rtol={rtol:g}); where and by how much is not shown on a hidden case"]
+    if bool((torch.isnan(a) & ~torch.isnan(e)).any()):
+        lines.append("  some of them are NaN where the reference is a number")
+    if bool((torch.isinf(a) & ~torch.isinf(e)).any()):
+        lines.append("  some of them are inf where the reference is finite")
+    return "\n".join(lines)
 
 
 def compare(actual: torch.Tensor, expected: torch.Tensor, *, atol: float | None = None,
@@ -57,7 +141,8 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, *, atol: float | None 
     ``expected`` may be a higher-precision reference; both are compared in fp32 (fp64 if either is).
     """
     if actual.shape != expected.shape:
-        return False, f"{name} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+        return False, shown(f"{name} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}",
+                            f"{name} does not have the expected shape")
     d_atol, d_rtol, _ = TOLERANCES.get(actual.dtype, TOLERANCES[torch.float32])
     atol = d_atol if atol is None else atol
     rtol = d_rtol if rtol is None else rtol
@@ -71,7 +156,9 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, *, atol: float | None 
     bad = ~ok_mask
     n_bad = int(bad.sum())
     if n_bad == 0:
-        return True, f"{name}: all {a.numel()} elements match (atol={atol:g}, rtol={rtol:g})"
+        return True, f"{name}: all {shown(f'{a.numel()} ', '')}elements match (atol={atol:g}, rtol={rtol:g})"
+    if hidden():
+        return False, _hidden_difference(name, a, e, bad, atol, rtol)
     idx = bad.nonzero()
     lines = [f"{name}: {n_bad} of {a.numel()} elements differ (atol={atol:g}, rtol={rtol:g})"]
     for row in idx[:max_show].tolist():

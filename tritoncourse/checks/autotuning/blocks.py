@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from ...checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
-                         generator, stage)
+from ...checking import (OUTPUT_SENTINEL, Case, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
+                         generator, shown, size_kind, stage)
 from ...device import infer_device
 from ...gpus import describe
 from ...tolerances import SOFTMAX as SOFTMAX_TOLERANCES  # phase 2's rows
@@ -31,7 +31,8 @@ def _check_softmax_case(fn, x: torch.Tensor, meta: dict, *, context: str, device
                                "Likely cause: a tl.store to input_ptr instead of output_ptr.")
     if gout.stray():
         raise KernelCheckError(
-            f"{gout.stray()} element(s) outside the output's rows were written ({context}).\nLikely cause: the "
+            f"{shown(f'{gout.stray()} element(s)', 'Elements')} outside the output's rows were written ({context}).\n"
+            "Likely cause: the "
             "tl.store is not masked with start + cols < n_cols, or rows are not output_row_stride apart.")
     atol, rtol, _ = SOFTMAX_TOLERANCE
     ok, msg = compare(gout.view, expected, atol=atol, rtol=rtol)
@@ -39,9 +40,10 @@ def _check_softmax_case(fn, x: torch.Tensor, meta: dict, *, context: str, device
         block = meta["BLOCK_SIZE"]
         shape = ("one tile, mostly masked" if block >= n_cols else f"{triton.cdiv(n_cols, block)} tiles per row, "
                  f"the last one {n_cols % block or block} wide")
+        sizes = shown(f"BLOCK_SIZE = {block} and n_cols = {n_cols} ({shape})",
+                      f"this config's BLOCK_SIZE ({size_kind(n_cols, block, 'rows of a length', 'it', 'tiles')})")
         raise KernelCheckError(
-            f"Wrong values ({context}).\n{msg}\nLikely cause: with BLOCK_SIZE = {block} and n_cols = {n_cols} "
-            f"({shape}) the kernel does not compute the softmax. It must work for every BLOCK_SIZE of its config "
+            f"Wrong values ({context}).\n{msg}\nLikely cause: with {sizes} the kernel does not compute the softmax. It must work for every BLOCK_SIZE of its config "
             "space: walk the row with range(0, n_cols, BLOCK_SIZE), mask each tile with start + cols < n_cols "
             "(other=-inf), keep a running max and a running sum rescaled by exp(m_old - m_new).")
     if fence_supported(device):
@@ -69,7 +71,9 @@ def check_every_softmax_config(kernel, n_rows: int = 3, n_cols: int = 300, seed:
     for i in _runnable(SOFTMAX, configs, block_limit_problems(configs), ("BLOCK_SIZE",)):
         c = configs[i]
         meta = _config_meta(c)
-        context = f"config #{i} of {len(configs)}: {describe(c)}; n_rows={n_rows}, n_cols={n_cols}, seed {seed}"
+        context = Case(f"config #{i} of {len(configs)}: {describe(c)}; n_rows={n_rows}, n_cols={n_cols}, seed {seed}",
+                       f"config #{i} of {len(configs)} ({describe(c)})",
+                       size_kind(n_cols, meta["BLOCK_SIZE"], "rows of a length", "its BLOCK_SIZE", "tiles"))
         _check_softmax_case(tuner.fn, x, meta, context=context, device=device)
     stage("done")
 
@@ -89,7 +93,8 @@ def _check_vector_add_case(fn, x: torch.Tensor, y: torch.Tensor, meta: dict, *, 
         raise KernelCheckError(f"The kernel changed x or y, or wrote next to them ({context}).\n"
                                "Likely cause: a tl.store to x_ptr or y_ptr instead of output_ptr.")
     if gout.stray():
-        raise KernelCheckError(f"{gout.stray()} element(s) outside the output were written ({context}).\n"
+        raise KernelCheckError(f"{shown(f'{gout.stray()} element(s)', 'Elements')} outside the output were written "
+                               f"({context}).\n"
                                "Likely cause: the tl.store is not masked with offsets < n_elements.")
     ok, msg = compare(gout.view[0], expected)
     if not ok:
@@ -119,6 +124,7 @@ def check_every_vector_add_config(kernel, n: int = 1000, seed: int | None = None
     for i in _runnable(VECTOR_ADD, configs, block_limit_problems(configs), ("BLOCK_SIZE",)):
         c = configs[i]
         meta = _config_meta(c)
-        context = f"config #{i} of {len(configs)}: {describe(c)}; n_elements={n}, seed {seed}"
+        context = Case(f"config #{i} of {len(configs)}: {describe(c)}; n_elements={n}, seed {seed}",
+                       f"config #{i} of {len(configs)} ({describe(c)})", size_kind(n, meta["BLOCK_SIZE"], unit="its BLOCK_SIZE"))
         _check_vector_add_case(tuner.fn, x, y, meta, context=context, device=device)
     stage("done")

@@ -12,8 +12,8 @@ import torch
 import triton
 
 from ...benchmarking import cpu_do_bench
-from ...checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
-                         generator, stage)
+from ...checking import (OUTPUT_SENTINEL, Case, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
+                         generator, shown, size_kind, stage, tiles_kind)
 from ...device import infer_device
 from ...gpus import describe
 from ...tolerances import MATMUL_RELU as MATMUL_TOLERANCE  # phase 3's C
@@ -110,10 +110,11 @@ def diagnose_matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, meta: d
             if torch.equal(sim == UNWRITTEN, unwritten):
                 if order_name == "unclamped":
                     return ("whole tiles of C were never written, exactly those a kernel misses when the last "
-                            f"group of rows is shorter than GROUP_M = {gm} and group_size_m is not shrunk for it. "
+                            f"group of rows is shorter than GROUP_M{shown(f' = {gm}', '')} and group_size_m is not shrunk for it. "
                             "Use group_size_m = min(num_pid_m - first_pid_m, GROUP_M).")
         r, c = unwritten.nonzero()[0].tolist()
-        return (f"{int(unwritten.sum())} elements of C were never written, the first at row {r}, column {c}: "
+        return (shown(f"{int(unwritten.sum())} elements of C were never written, the first at row {r}, column {c}",
+                      "Some elements of C were never written") + ": "
                 "does every program id 0 .. cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) - 1 map to a different tile "
                 "(pid_m, pid_n), with pid_m < cdiv(M, BLOCK_M) and pid_n < cdiv(N, BLOCK_N)?")
     lin = a32 @ b32
@@ -127,19 +128,20 @@ def diagnose_matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, meta: d
                 "once, after the loop.")
     k_full = K // bk * bk
     if K % bk and _close(out, torch.relu(a32[:, :k_full] @ b32[:k_full])):
-        return (f"C matches A @ B over the first {k_full} of K = {K} elements only: the last K step, which is "
-                f"shorter than BLOCK_K = {bk}, was dropped. Loop over tl.cdiv(K, BLOCK_K) steps and mask the "
+        return (f"C matches A @ B over the first {shown(f'{k_full} of K = {K}', 'K // BLOCK_K * BLOCK_K of K')} "
+                "elements only: the last K step, which is "
+                f"shorter than BLOCK_K{shown(f' = {bk}', '')}, was dropped. Loop over tl.cdiv(K, BLOCK_K) steps and mask the "
                 "loads with k < K (other=0.0).")
     nan = torch.isnan(out)
     if nan.any():
         r, c = nan.nonzero()[0].tolist()
-        tail = (f" K = {K} is not a multiple of BLOCK_K = {bk}: a kernel that assumes it is reads past the end "
+        tail = (f" K{shown(f' = {K}', '')} is not a multiple of BLOCK_K{shown(f' = {bk}', '')}: a kernel that assumes it is reads past the end "
                 "of A's rows and B's columns on the last K step." if K % bk else "")
-        return (f"C[{r}, {c}] is NaN: the kernel read outside A or B (the memory around them holds NaN in this "
+        return (f"{shown(f'C[{r}, {c}] is', 'Some of C is')} NaN: the kernel read outside A or B (the memory around them holds NaN in this "
                 f"test, and 0 * NaN = NaN).{tail} Mask both loads: rows < M and k < K for A, k < K and "
                 "columns < N for B, with other=0.0.")
     if K % bk and ((out == 0) & (expected > 0)).any() and not torch.isnan(out).any():
-        return (f"K = {K} is not a multiple of BLOCK_K = {bk}, and C holds zeros where relu(A @ B) is positive: a "
+        return (f"K{shown(f' = {K}', '')} is not a multiple of BLOCK_K{shown(f' = {bk}', '')}, and C holds zeros where relu(A @ B) is positive: a "
                 "kernel that assumes BLOCK_K divides K reads past the end of A's rows and B's columns on the last K "
                 "step (NaN in this test, and on a GPU tl.maximum(NaN, 0) gives 0). Mask both loads: rows < M and "
                 "k < K for A, k < K and columns < N for B, with other=0.0.")
@@ -173,7 +175,8 @@ def _run_matmul_case(fn, a: torch.Tensor, b: torch.Tensor, meta: dict, *, contex
     stray = gc.stray()
     if stray:
         raise KernelCheckError(
-            f"{stray} element(s) outside C were written ({context}).\nLikely cause: the tl.store is not masked "
+            f"{shown(f'{stray} element(s)', 'Elements')} outside C were written ({context}).\n"
+            "Likely cause: the tl.store is not masked "
             "with (rows < M) & (columns < N), or C is not addressed with stride_cm and stride_cn.")
     atol, rtol, _ = MATMUL_TOLERANCE
     ok, msg = compare(gc.view, expected, atol=atol, rtol=rtol, name="C")
@@ -209,8 +212,9 @@ def check_autotuned_matmul_relu(kernel, M: int, N: int, K: int, block_m: int = 1
     a, b = make_matmul_inputs(M, N, K, seed)
     meta = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group_m}
     layout = "".join(f", {n} transposed" for n, t in (("A", transpose_a), ("B", transpose_b), ("C", transpose_c)) if t)
-    context = (f"M={M}, N={N}, K={K}, BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K={block_k}, GROUP_M={group_m}"
-               f"{layout}, seed {seed}")
+    context = Case(f"M={M}, N={N}, K={K}, BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K={block_k}, GROUP_M={group_m}"
+                   f"{layout}, seed {seed}", tiles_kind(M, N, block_m, block_n),
+                   size_kind(K, block_k, "K", "BLOCK_K", "K steps"), layout.lstrip(", "))
     _run_matmul_case(fn, a, b, meta, context=context, device=device, layouts=(transpose_a, transpose_b, transpose_c))
     stage("done")
 
@@ -227,15 +231,17 @@ def check_matmul_relu_grouped_order(kernel, M: int, N: int, block_m: int = 16, b
     a, b = make_matmul_inputs(M, N, K, seed)
     num_m, num_n = triton.cdiv(M, block_m), triton.cdiv(N, block_n)
     meta = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 16, "GROUP_M": group_m}
-    context = (f"M={M}, N={N}, K={K}, BLOCK_M={block_m}, BLOCK_N={block_n}, GROUP_M={group_m}: "
-               f"{num_m} x {num_n} tiles, seed {seed}")
+    context = Case(f"M={M}, N={N}, K={K}, BLOCK_M={block_m}, BLOCK_N={block_n}, GROUP_M={group_m}: "
+                   f"{num_m} x {num_n} tiles, seed {seed}", tiles_kind(M, N, block_m, block_n),
+                   "the last group of rows shorter than GROUP_M" if num_m % group_m else
+                   "every group of rows GROUP_M tall")
     a_d, b_d = a.to(device), b.to(device)
     seen: set[tuple[int, int]] = set()
     got: list = []
     for p in range(1, num_m * num_n + 1):
         c = torch.full((M, N), UNWRITTEN, dtype=torch.float16, device=device)
         _launch(fn, (p,), _matmul_args(a_d, b_d, c), meta, name=MATMUL,
-                context=f"the first {p} program(s) only, {context}", device=device)
+                context=context.but(f"the first {p} program(s) only, ", "some of the programs only"), device=device)
         written = (c.cpu().float() != UNWRITTEN)
         tiles = {(r // block_m, col // block_n) for r, col in written.nonzero().tolist()}
         new = tiles - seen
@@ -246,7 +252,7 @@ def check_matmul_relu_grouped_order(kernel, M: int, N: int, block_m: int = 16, b
         stage("done")
         return
     first = next(i for i, (g, e) in enumerate(zip(got, expected)) if g != e)
-    shown = ", ".join(f"{pid}->{t}" for pid, t in enumerate(got[:min(len(got), max(first + 3, 8))]))
+    found = ", ".join(f"{pid}->{t}" for pid, t in enumerate(got[:min(len(got), max(first + 3, 8))]))
     want = ", ".join(f"{pid}->{t}" for pid, t in enumerate(expected[:min(len(got), max(first + 3, 8))]))
     cause = ("program ids must map to tiles in groups of GROUP_M rows: pid_m = first_pid_m + "
              "(pid % num_pid_in_group) % group_size_m, pid_n = (pid % num_pid_in_group) // group_size_m, "
@@ -264,9 +270,10 @@ def check_matmul_relu_grouped_order(kernel, M: int, N: int, block_m: int = 16, b
                          + cause)
     raise KernelCheckError(
         f"The programs do not visit the tiles in grouped order ({context}).\n"
-        f"  program -> tile (pid_m, pid_n) found: {shown}\n"
-        f"  grouped order expects:               {want}\n"
-        f"  the first difference is program {first}.\nLikely cause: {cause}")
+        + shown(f"  program -> tile (pid_m, pid_n) found: {found}\n"
+                f"  grouped order expects:               {want}\n"
+                f"  the first difference is program {first}.\n", "")
+        + f"Likely cause: {cause}")
 
 
 def check_every_matmul_config(kernel, M: int = 40, N: int = 50, K: int = 70, seed: int | None = None) -> None:
@@ -280,7 +287,10 @@ def check_every_matmul_config(kernel, M: int = 40, N: int = 50, K: int = 70, see
     for i in _runnable(MATMUL, configs, matmul_limit_problems(tuner, configs), META[MATMUL]):
         c = configs[i]
         meta = _config_meta(c)
-        context = f"config #{i} of {len(configs)}: {describe(c)}; M={M}, N={N}, K={K}, seed {seed}"
+        context = Case(f"config #{i} of {len(configs)}: {describe(c)}; M={M}, N={N}, K={K}, seed {seed}",
+                       f"config #{i} of {len(configs)} ({describe(c)})",
+                       tiles_kind(M, N, meta["BLOCK_M"], meta["BLOCK_N"]),
+                       size_kind(K, meta["BLOCK_K"], "K", "BLOCK_K", "K steps"))
         _run_matmul_case(tuner.fn, a, b, meta, context=context, device=device)
     stage("done")
 
@@ -306,7 +316,7 @@ def _check_matmul_autotuner(tuner, M: int, N: int, K: int, seed: int | None) -> 
     device = infer_device()
     seed = fresh_seed() if seed is None else seed
     a, b = make_matmul_inputs(M, N, K, seed)
-    context = f"the autotuner on M={M}, N={N}, K={K}, seed {seed}"
+    context = Case(f"the autotuner on M={M}, N={N}, K={K}, seed {seed}", "the autotuner")
     calls = []
 
     def timer(fn, quantiles=None, **kw):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ...checking import KernelCheckError, fresh_seed, stage
+from ...checking import KernelCheckError, fresh_seed, shown, stage
 from ...gpus import GPU, GPUS, WARP_SIZE, gpu_limits, occupancy
 
 # ------------------------------------------------------------------------ the learner's programs_per_sm
@@ -27,8 +27,9 @@ def _occupancy_variants(registers: int, num_warps: int, shared: int, gpu: GPU, l
     # No separate "fits at all" test: each GPU's shared_per_program is its shared_per_sm less the 1 KB reserve.
     fits = shared <= gpu.shared_per_program
     variants = {
-        "registers are allocated per warp in units of 256, so a thread's count is rounded up to a multiple of 8 "
-        f"({registers} registers take {math.ceil(registers / 8) * 8})": min(threads, exact_regs, slots, by_shared),
+        "registers are allocated per warp in units of 256, so a thread's count is rounded up to a multiple of 8"
+        + shown(f" ({registers} registers take {math.ceil(registers / 8) * 8})", ""):
+            min(threads, exact_regs, slots, by_shared),
         "the driver reserves 1 KB of shared memory per program: divide by (shared_bytes + 1024)":
             min(threads, regs, slots, no_reserve),
         "an SM holds at most gpu['programs_per_sm'] programs however small they are (the program slots)":
@@ -81,7 +82,8 @@ def check_programs_per_sm(programs_per_sm, count: int = 0, seed: int | None = No
         cases = cases[:len(KNOWN_KERNELS)]
     for registers, warps, shared, gpu in cases:
         want = occupancy(warps, registers, shared, gpu)
-        shown = f"`programs_per_sm(registers={registers}, num_warps={warps}, shared_bytes={shared}, gpu=<{gpu.name}>)`"
+        called = shown(f"`programs_per_sm(registers={registers}, num_warps={warps}, shared_bytes={shared}, "
+                       f"gpu=<{gpu.name}>)`", "`programs_per_sm(...)` on a hidden case")
         hint = None if shared else ("this kernel uses no shared memory (shared_bytes = 0), and the driver still "
                                     "reserves 1 KB per program: divide by (shared_bytes + 1024).")
         got = call(programs_per_sm, PROGRAMS_PER_SM, registers, warps, shared, gpu_limits(gpu), hint=hint)
@@ -90,7 +92,8 @@ def check_programs_per_sm(programs_per_sm, count: int = 0, seed: int | None = No
                 hint = "a count of programs is an int: use // (floor division), not /."
             else:
                 hint = "return a whole number of programs, an int (floor division //)."
-            raise KernelCheckError(f"{shown} returned {_fmt(got)} ({type(got).__name__}), not an int.\n"
+            raise KernelCheckError(f"{called} returned {_fmt(got)}{shown(f' ({type(got).__name__})', '')}, "
+                                   "not an int.\n"
                                    f"Likely cause: {hint}")
         if got == want["programs"]:
             continue
@@ -99,6 +102,8 @@ def check_programs_per_sm(programs_per_sm, count: int = 0, seed: int | None = No
         causes = [why for why, value in variants.items() if value == got]
         hint = causes[0] if causes else ("take the fewest of the four limits: threads, registers, shared memory "
                                          "(with its 1 KB reserve) and program slots.")
-        raise KernelCheckError(f"{shown} returned {got}, expected {want['programs']} programs (limits: {limits}; "
-                               f"{want['bound']} decides; seed {seed}).\nLikely cause: {hint}")
+        raise KernelCheckError(shown(f"{called} returned {got}, expected {want['programs']} programs (limits: "
+                                     f"{limits}; {want['bound']} decides; seed {seed}).",
+                                     f"{called} returned a wrong number of programs ({want['bound']} decides).")
+                               + f"\nLikely cause: {hint}")
     stage("done")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ...checking import fresh_seed, generator
+from ...checking import Case, dtype_name, fresh_seed, generator, size_kind
 from ...device import infer_device
 from ...tolerances import DIAGNOSIS
 from ..common.launch import launch, require_triton_kernel
@@ -104,8 +104,9 @@ def check_add_relu_mul(kernel, n: int, block_size: int, dtype: torch.dtype = tor
     if scale is None:
         scale = round(0.5 + 3.5 * float(torch.rand((), generator=g)), 4)
     expected = add_relu_mul_ref(x, bias, scale)
-    context = (f"n_elements={n}, BLOCK_SIZE={block_size}, scale={scale:g}, "
-               f"{str(dtype).replace('torch.', '')}, seed {seed}")
+    sign = "a negative scale" if scale < 0 else "a zero scale" if scale == 0 else "a positive scale"
+    context = Case(f"n_elements={n}, BLOCK_SIZE={block_size}, scale={scale:g}, {dtype_name(dtype)}, seed {seed}",
+                   size_kind(n, block_size), sign, dtype_name(dtype))
 
     def run(inputs, out, stage_text):
         run_add_relu_mul(kernel, *inputs, out, scale, block_size, context=context, device=device,

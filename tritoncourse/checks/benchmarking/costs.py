@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from ...checking import KernelCheckError, fresh_seed, generator
-from ..common.functions import _close, _fmt, _number, call, expect_value_error, require_function
+from ...checking import KernelCheckError, fresh_seed, generator, shown
+from ..common.functions import _args, _close, _fmt, _number, call, expect_value_error, require_function
 
 
 # ------------------------------------------------------------------------------------------ rates
@@ -37,13 +37,14 @@ def _check_rate(fn, name: str, unit: str, base: float, amount_name: str, cases) 
     require_function(fn, name)
     for amount, ms in cases:
         expected = amount / (ms * 1e-3) / base
-        got = _number(call(fn, name, amount, ms), f"`{name}({_fmt(amount)}, {_fmt(ms)})`")
+        got = _number(call(fn, name, amount, ms), f"`{name}({_args((amount, ms))})`")
         if not _close(got, expected):
             ratio = got / expected if expected else float("nan")
-            raise KernelCheckError(
+            raise KernelCheckError(shown(
                 f"`{name}({amount_name}={_fmt(amount)}, ms={_fmt(ms)})` returned {_fmt(got)}, expected "
-                f"{_fmt(expected)} {unit} (returned/expected = {ratio:.6g}).\n"
-                f"Likely cause: {_unit_hint(ratio, unit, base)}")
+                f"{_fmt(expected)} {unit} (returned/expected = {ratio:.6g}).",
+                f"`{name}(...)` returned a wrong number of {unit} on a hidden case (its inputs, the value and "
+                "the ratio to the right one are not shown).") + f"\nLikely cause: {_unit_hint(ratio, unit, base)}")
 
 
 def _rate_cases(g: torch.Generator, count: int, big: float):
@@ -92,8 +93,9 @@ def _unpack_cost(result, call_text: str, providers: tuple[str, ...]):
     flops, moved = result
     missing = [p for p in providers if p not in moved]
     if missing:
-        raise KernelCheckError(f"`{call_text}` returned bytes for {sorted(moved)}; the entries "
-                               f"{missing} are missing.\nLikely cause: give one entry for each of {list(providers)}.")
+        got = shown(str(sorted(moved)), "other providers")
+        raise KernelCheckError(f"`{call_text}` returned bytes for {got}; the entries {missing} are missing.\n"
+                               f"Likely cause: give one entry for each of {list(providers)}.")
     return flops, moved
 
 
@@ -104,26 +106,29 @@ def _bytes_hint(got, expected, itemsize: int, elements: int, hints: dict) -> str
         return "bits are counted: a byte is 8 bits."
     if got in hints:
         return hints[got]
-    return f"expected {expected} bytes = {elements} elements x {itemsize} bytes; recount each kernel's reads and writes."
+    return shown(f"expected {expected} bytes = {elements} elements x {itemsize} bytes; ",
+                 f"expected {elements.split(' = ')[0]} elements x {itemsize} bytes; ") + \
+        "recount each kernel's reads and writes."
 
 
 def _check_cost(fn, name: str, args: tuple, dtype, expected_flops: int, expected: dict, elements: dict,
                 hints: dict, flop_hints: dict) -> None:
     require_function(fn, name)
-    shown = ", ".join(_fmt(a) for a in args + (dtype,))
-    call_text = f"{name}({shown})"
+    call_text = f"{name}({_args(args + (dtype,))})"
     flops, moved = _unpack_cost(call(fn, name, *args, dtype), call_text, tuple(expected))
     _number(flops, f"the FLOPs of `{call_text}`")
     if not _close(flops, expected_flops, 1e-12):
         hint = flop_hints.get(flops, "recount: see the FLOP conventions above the exercise.")
-        raise KernelCheckError(f"`{call_text}` counts {_fmt(flops)} FLOPs, expected {expected_flops}.\n"
+        counted = shown(f"{_fmt(flops)} FLOPs, expected {expected_flops}", "a wrong number of FLOPs on a hidden case")
+        raise KernelCheckError(f"`{call_text}` counts {counted}.\n"
                                f"Likely cause: {hint}")
     itemsize = dtype.itemsize
     for provider, want in expected.items():
         got = _number(moved[provider], f"the bytes of '{provider}' in `{call_text}`")
         if not _close(got, want, 1e-12):
             hint = _bytes_hint(got, want, itemsize, elements[provider], hints.get(provider, {}))
-            raise KernelCheckError(f"`{call_text}`: '{provider}' moves {_fmt(got)} bytes, expected {want}.\n"
+            moves = shown(f"{_fmt(got)} bytes, expected {want}", "a wrong number of bytes on a hidden case")
+            raise KernelCheckError(f"`{call_text}`: '{provider}' moves {moves}.\n"
                                    f"Likely cause: {hint}")
 
 

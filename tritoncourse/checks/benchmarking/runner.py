@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ...checking import KernelCheckError, fresh_seed, generator
+from ...checking import Case, KernelCheckError, fresh_seed, generator, shown
 from ..common.functions import _close, _fmt, call, expect_value_error, require_function
 
 
@@ -39,8 +39,9 @@ class FakeBench:
     def _check_args(self, who: str, args, kwargs) -> bool:
         if kwargs or len(args) != 3 or args[0] is not self.x or args[1] is not self.bias or args[2] != self.scale:
             self.misuse = self.misuse or (
-                f"{who} was called with ({', '.join(type(a).__name__ for a in args)}"
-                f"{', ' + ', '.join(kwargs) if kwargs else ''}) instead of the benchmark's inputs.\n"
+                shown(f"{who} was called with ({', '.join(type(a).__name__ for a in args)}"
+                      f"{', ' + ', '.join(kwargs) if kwargs else ''})", f"{who} was called with other arguments")
+                + " instead of the benchmark's inputs.\n"
                 "Likely cause: call each provider (and the reference) as fn(*inputs), and give the timer a "
                 "function of no arguments: timer(lambda: fn(*inputs)).")
             return False
@@ -77,7 +78,8 @@ class FakeBench:
 
     def timer(self, fn) -> float:
         if not callable(fn):
-            self.misuse = self.misuse or (f"the timer was given {type(fn).__name__}, not a function.\n"
+            self.misuse = self.misuse or (f"the timer was given {shown(type(fn).__name__, 'something')}, "
+                                          "not a function.\n"
                                           "Likely cause: give it a function of no arguments: "
                                           "timer(lambda: fn(*inputs)).")
             raise TypeError("the timer needs a function")
@@ -86,7 +88,8 @@ class FakeBench:
         ran = self.calls[start:]
         if len(ran) != 1:
             self.misuse = self.misuse or (
-                f"the timer was given a function that ran {len(ran)} providers ({', '.join(ran) or 'none'}).\n"
+                f"the timer was given a function that ran "
+                f"{shown(f'{len(ran)} providers (' + (', '.join(ran) or 'none') + ')', 'no provider or several')}.\n"
                 "Likely cause: time one provider per call: timer(lambda: providers[name](*inputs)).")
             raise RuntimeError("the timer must time exactly one provider")
         name = ran[0]
@@ -97,6 +100,13 @@ class FakeBench:
 
     def times_of(self, name: str) -> list[float]:
         return [ms for n, ms in self.timed if n == name]
+
+
+def _case(names, repeats: int, seed: int) -> Case:
+    """The providers and rounds a check gave run_benchmark, or their kind on a hidden case."""
+    return Case(f"providers {list(names)}, repeats={repeats}, seed {seed}",
+                "one provider" if len(names) == 1 else "several providers",
+                "one round" if repeats == 1 else "several rounds")
 
 
 def _run(run_benchmark, bench: FakeBench, providers: dict, repeats: int, hint: str | None = None):
@@ -125,14 +135,16 @@ def check_run_benchmark_times(run_benchmark, names=("triton", "eager", "compile"
     bench = FakeBench(seed)
     providers = {name: bench.provider(name) for name in names}
     times, failed = _run(run_benchmark, bench, providers, repeats)
-    context = f"providers {list(names)}, repeats={repeats}, seed {seed}"
+    context = _case(names, repeats, seed)
     if failed:
-        raise KernelCheckError(f"Correct providers were reported as failed: {_fmt(failed)} ({context}).\n"
+        raise KernelCheckError(f"Correct providers were reported as failed{shown(': ' + _fmt(failed), '')} "
+                               f"({context}).\n"
                                "Likely cause: compare each output with the reference's with a tolerance "
                                "(out.allclose(expected, rtol=rtol, atol=atol)), and only report real failures.")
     if set(times) != set(names):
-        raise KernelCheckError(f"`times` has entries for {sorted(times)}, expected one for each provider "
-                               f"{sorted(names)} ({context}).")
+        raise KernelCheckError(shown(f"`times` has entries for {sorted(times)}, expected one for each provider "
+                                     f"{sorted(names)}", "`times` does not have one entry for each provider, and "
+                                     "no other") + f" ({context}).")
     for name in names:
         timed = bench.times_of(name)
         got = times[name]
@@ -141,12 +153,15 @@ def check_run_benchmark_times(run_benchmark, names=("triton", "eager", "compile"
                                    "Likely cause: keep every round's time: the medians and the per-round "
                                    "ratios are computed later, by comparison_table.")
         if len(timed) != repeats:
-            raise KernelCheckError(f"Provider '{name}' was timed {len(timed)} times, expected {repeats} "
-                                   f"(repeats={repeats}; {context}).\nLikely cause: time every provider once "
+            raise KernelCheckError(shown(f"Provider '{name}' was timed {len(timed)} times, expected {repeats} "
+                                         f"(repeats={repeats}; {context}).", f"Provider '{name}' was not timed "
+                                         f"`repeats` times ({context}).") + "\nLikely cause: time every provider once "
                                    "in each of the `repeats` rounds, and only with the timer you are given.")
         if len(got) != repeats or not all(_close(a, b, 1e-12) for a, b in zip(got, timed)):
-            raise KernelCheckError(f"times['{name}'] is {_fmt(list(got))}, but the timer returned "
-                                   f"{_fmt(timed)} for '{name}', in that order ({context}).\n"
+            raise KernelCheckError(shown(f"times['{name}'] is {_fmt(list(got))}, but the timer returned "
+                                         f"{_fmt(timed)} for '{name}', in that order",
+                                         f"times['{name}'] is not what the timer returned for '{name}', in that "
+                                         "order") + f" ({context}).\n"
                                    "Likely cause: append each value the timer returns, unchanged (it is "
                                    "already in ms), in the order of the rounds.")
 
@@ -159,17 +174,18 @@ def check_run_benchmark_interleaved(run_benchmark, names=("triton", "eager", "co
     providers = {name: bench.provider(name) for name in names}
     _run(run_benchmark, bench, providers, repeats)
     order = [n for n, _ in bench.timed]
-    context = f"providers {list(names)}, repeats={repeats}, seed {seed}"
-    shown = " ".join(order[:3 * len(names)]) + (" ..." if len(order) > 3 * len(names) else "")
+    context = _case(names, repeats, seed)
+    seen = " ".join(order[:3 * len(names)]) + (" ..." if len(order) > 3 * len(names) else "")
     if len(order) != repeats * len(names):
-        raise KernelCheckError(f"The timer was called {len(order)} times, expected {repeats} rounds x "
-                               f"{len(names)} providers ({context}).")
+        raise KernelCheckError(shown(f"The timer was called {len(order)} times, expected {repeats} rounds x "
+                                     f"{len(names)} providers", "The timer was not called once per provider in "
+                                     "each round") + f" ({context}).")
     k = len(names)
     for r in range(repeats):
         chunk = order[r * k:(r + 1) * k]
         if sorted(chunk) != sorted(names):
             raise KernelCheckError(
-                f"The providers were not interleaved: the timer saw {shown} ({context}).\n"
+                f"The providers were not interleaved{shown(': the timer saw ' + seen, '')} ({context}).\n"
                 "Likely cause: time the providers one after the other in each round (for r in range(repeats): "
                 "for each provider: timer(...)), not one provider for all its repeats and then the next. A GPU's "
                 "clock and temperature drift over a benchmark; interleaved rounds give every provider the same "
@@ -189,7 +205,7 @@ def check_run_benchmark_correctness(run_benchmark, repeats: int = 3, seed: int |
         providers[name] = bench.provider(name, behaviour)
     what = {"no_relu": "returns wrong values (no ReLU)", "raises": "raises a RuntimeError",
             "short": "returns one element too few", "nan": "returns a NaN in one element"}
-    context = f"providers {list(providers)}, repeats={repeats}, seed {seed}"
+    context = _case(providers, repeats, seed)
     times, failed = _run(run_benchmark, bench, providers, repeats,
                          hint="a provider that raises, returns another shape or wrong values must be reported "
                               "in `failed` (failed[name] = a message), and the benchmark goes on with the others.")
@@ -217,10 +233,11 @@ def check_run_benchmark_correctness(run_benchmark, repeats: int = 3, seed: int |
             extra = (" Its values differ from the reference by at most 2e-4 (relative), less than fp16 "
                      "rounding: compare with the tolerances atol and rtol, not exactly."
                      if behaviours[name] == "close" else "")
-            raise KernelCheckError(f"Provider '{name}' is correct but was reported as failed: "
-                                   f"{failed[name]!r} ({context}).{extra}")
+            raise KernelCheckError(f"Provider '{name}' is correct but was reported as failed"
+                                   f"{shown(': ' + repr(failed[name]), '')} ({context}).{extra}")
         if len(bench.times_of(name)) != repeats or name not in times:
-            raise KernelCheckError(f"Provider '{name}' is correct but was not timed {repeats} times "
+            raise KernelCheckError(f"Provider '{name}' is correct but was not timed "
+                                   f"{shown(str(repeats), '`repeats`')} times "
                                    f"({context}).\nLikely cause: keep timing the good providers when another "
                                    "one fails.")
 

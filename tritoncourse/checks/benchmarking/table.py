@@ -11,8 +11,8 @@ import statistics
 
 import torch
 
-from ...checking import KernelCheckError, fresh_seed, generator
-from ..common.functions import REL, _close, _fmt, _number, call, require_function
+from ...checking import Case, KernelCheckError, fresh_seed, generator, shown
+from ..common.functions import REL, _args, _close, _fmt, _number, call, require_function
 
 MEMORY, COMPUTE = "memory-bound", "compute-bound"
 ROW_KEYS = ("provider", "ms", "gbps", "tflops", "vs_eager", "vs_compile", "roof")
@@ -73,8 +73,9 @@ def _table(comparison_table, kind: str, names, repeats: int, seed: int):
     roof_ms = max(n_bytes / (peak_gbps * 1e9), flops / (peak_tflops * 1e12)) * 1e3
     times = _table_times(g, names, repeats, roof_ms)
     snapshot = {k: list(v) for k, v in times.items()}
-    context = (f"{description}, peaks {peak_gbps:g} GB/s and {peak_tflops:g} TFLOP/s, providers {list(names)}, "
-               f"{repeats} rounds, seed {seed}")
+    context = Case(f"{description}, peaks {peak_gbps:g} GB/s and {peak_tflops:g} TFLOP/s, providers {list(names)}, "
+                   f"{repeats} rounds, seed {seed}", f"a {kind}-bound op",
+                   "one provider" if len(names) == 1 else "several providers")
     rows = call(comparison_table, "comparison_table", times, flops, n_bytes, peak_gbps, peak_tflops)
     if times != snapshot:
         raise KernelCheckError(f"`comparison_table` changed its input `times` ({context}).\n"
@@ -87,17 +88,20 @@ def _table(comparison_table, kind: str, names, repeats: int, seed: int):
     for row in rows:
         missing = [k for k in ROW_KEYS if k not in row]
         if missing:
-            raise KernelCheckError(f"A row of the table has the keys {sorted(row)}; {missing} are missing "
+            raise KernelCheckError(f"A row of the table has {shown(f'the keys {sorted(row)}', 'other keys')}; "
+                                   f"{missing} are missing "
                                    f"({context}).\nLikely cause: each row needs {list(ROW_KEYS)}.")
     order = [r["provider"] for r in rows]
     if order != list(names):
-        raise KernelCheckError(f"The rows are for {order}, expected {list(names)} in that order ({context}).")
+        raise KernelCheckError(shown(f"The rows are for {order}, expected {list(names)} in that order",
+                                     "The rows are not one per provider, in the order of `times`") + f" ({context}).")
     expected = _expected_rows(snapshot, flops, n_bytes, peak_gbps, peak_tflops)
     return rows, expected, snapshot, context
 
 
 def _mismatch(row, want, key: str, context: str, hint: str) -> KernelCheckError:
-    return KernelCheckError(f"Row '{want['provider']}': {key} = {_fmt(row[key])}, expected {_fmt(want[key])} "
+    return KernelCheckError(f"Row '{want['provider']}': {key} "
+                            f"{shown(f'= {_fmt(row[key])}, expected {_fmt(want[key])}', 'is wrong')} "
                             f"({context}).\nLikely cause: {hint}")
 
 
@@ -123,8 +127,8 @@ def check_table_rates(comparison_table, kind: str = "memory", names=("triton", "
                         "compares providers directly.")
                 if want[key] and math.isclose(row[key] / want[key], 1e-3, rel_tol=1e-4):
                     hint = "the time is used as seconds: it is in ms. " + hint
-                raise _mismatch(row, want, key, context, f"{hint} (returned/expected = "
-                                                          f"{row[key] / want[key] if want[key] else 0:.6g})")
+                ratio = f"{row[key] / want[key] if want[key] else 0:.6g}"
+                raise _mismatch(row, want, key, context, hint + shown(f" (returned/expected = {ratio})", ""))
 
 
 def check_table_speedups(comparison_table, kind: str = "memory", names=("triton", "eager", "compile", "unfused"),
@@ -205,6 +209,13 @@ def _roofline_points(g: torch.Generator, count: int):
             yield bw, peak, ridge, intensity
 
 
+def _side(intensity: float, ridge: float) -> str:
+    """Where an intensity lies, in words: which side of the ridge point, near it or far."""
+    side = "below" if intensity < ridge else "above"
+    return f"an intensity {'just ' if 0.9 < intensity / ridge < 1.1 else 'well '}{side} the ridge point" \
+        if ridge and intensity else "an intensity of 0 or near it"
+
+
 def check_roof_tflops(roof_tflops, count: int = 2, seed: int | None = None) -> None:
     """roof_tflops(I, B, P) = min(P, I * B / 1000): the attainable TFLOP/s at intensity I (FLOP/byte)."""
     require_function(roof_tflops, "roof_tflops")
@@ -212,7 +223,7 @@ def check_roof_tflops(roof_tflops, count: int = 2, seed: int | None = None) -> N
     for bw, peak, ridge, intensity in _roofline_points(generator(seed), count):
         want = min(peak, intensity * bw / 1e3)
         got = _number(call(roof_tflops, "roof_tflops", intensity, bw, peak),
-                      f"`roof_tflops({intensity:.6g}, {bw:g}, {peak:g})`")
+                      f"`roof_tflops({_args((intensity, bw, peak))})`")
         if math.isclose(got, want, rel_tol=REL, abs_tol=1e-12):
             continue
         if math.isclose(got, max(peak, intensity * bw / 1e3), rel_tol=REL):
@@ -223,9 +234,12 @@ def check_roof_tflops(roof_tflops, count: int = 2, seed: int | None = None) -> N
                     "(min(peak_tflops, intensity * peak_gbps / 1000)).")
         else:
             hint = "roof = min(peak_tflops, intensity * peak_gbps / 1000)."
-        raise KernelCheckError(f"`roof_tflops(intensity={intensity:.6g}, peak_gbps={bw:g}, peak_tflops={peak:g})` "
-                               f"returned {_fmt(got)}, expected {_fmt(want)} TFLOP/s (the ridge point is "
-                               f"{ridge:.4g} FLOP/byte; seed {seed}).\nLikely cause: {hint}")
+        raise KernelCheckError(shown(f"`roof_tflops(intensity={intensity:.6g}, peak_gbps={bw:g}, "
+                                     f"peak_tflops={peak:g})` returned {_fmt(got)}, expected {_fmt(want)} TFLOP/s "
+                                     f"(the ridge point is {ridge:.4g} FLOP/byte; seed {seed}).",
+                                     "`roof_tflops(...)` returned a wrong number of TFLOP/s on a hidden case "
+                                     f"({_side(intensity, ridge)}; its inputs are not shown).")
+                               + f"\nLikely cause: {hint}")
 
 
 def check_classify(classify, count: int = 2, seed: int | None = None) -> None:
@@ -241,10 +255,16 @@ def check_classify(classify, count: int = 2, seed: int | None = None) -> None:
             hint = f"return exactly '{MEMORY}' or '{COMPUTE}'."
         else:
             wrong_ridge = peak / bw
-            hint = (f"the ridge point is peak FLOP/s / peak bytes/s = {peak:g}e12 / {bw:g}e9 = {ridge:.4g} "
-                    f"FLOP/byte; an intensity below it is memory-bound, above it compute-bound.")
+            value = shown(f" = {peak:g}e12 / {bw:g}e9 = {ridge:.4g}", "")
+            hint = (f"the ridge point is peak FLOP/s / peak bytes/s{value}"
+                    " FLOP/byte; an intensity below it is memory-bound, above it compute-bound.")
             if (intensity < wrong_ridge) == (got == MEMORY):
-                hint += (f" Your ridge looks like peak_tflops / peak_gbps = {wrong_ridge:.4g}: TFLOP/s and "
+                hint += (f" Your ridge looks like peak_tflops / peak_gbps{shown(f' = {wrong_ridge:.4g}', '')}: "
+                         "TFLOP/s and "
                          "GB/s differ by a factor 1000.")
-        raise KernelCheckError(f"`classify(intensity={intensity:.6g}, peak_gbps={bw:g}, peak_tflops={peak:g})` "
-                               f"returned {got!r}, expected {want!r} (seed {seed}).\nLikely cause: {hint}")
+        raise KernelCheckError(shown(f"`classify(intensity={intensity:.6g}, peak_gbps={bw:g}, peak_tflops={peak:g})` "
+                                     f"returned {got!r}, expected {want!r} (seed {seed}).",
+                                     f"`classify(...)` returned "
+                                     f"{repr(got) if got in (MEMORY, COMPUTE) else _fmt(got)}, "
+                                     f"expected {want!r}, on a hidden case ({_side(intensity, ridge)}; its inputs "
+                                     "are not shown).") + f"\nLikely cause: {hint}")

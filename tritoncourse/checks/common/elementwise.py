@@ -11,7 +11,8 @@ from typing import Callable
 
 import torch
 
-from ...checking import KernelCheckError, compare, fence_supported, fenced_copy, guarded_copy, guarded_empty, stage
+from ...checking import (KernelCheckError, compare, fence_supported, fenced_copy, guarded_copy, guarded_empty, shown,
+                         stage)
 from ...tolerances import DIAGNOSIS
 
 def check_elementwise(kernel_name: str, inputs: dict[str, torch.Tensor], expected: torch.Tensor, block_size: int,
@@ -43,8 +44,10 @@ def check_elementwise(kernel_name: str, inputs: dict[str, torch.Tensor], expecte
     if stray:
         first = gout.first_guard_change()[0]
         where = f"index {first}" + (" (before index 0)" if first < 0 else f" (past the last, index {n - 1})")
+        side = "before its start" if first < 0 else "past its end"
         raise KernelCheckError(
-            f"{stray} element(s) outside the output were written; the first at {where} ({context}).\n"
+            shown(f"{stray} element(s) outside the output were written; the first at {where}",
+                  f"Elements outside the output were written, {side}") + f" ({context}).\n"
             "Likely cause: the tl.store is not masked, or its mask lets through lanes with "
             "offsets >= n_elements (use offsets < n_elements).")
     ok, msg = compare(gout.view, expected)
@@ -78,7 +81,7 @@ def diagnose_blocks(out: torch.Tensor, expected: torch.Tensor, block_size: int, 
                 "Offsets should start at tl.program_id(0) * BLOCK_SIZE.")
     if nan_out.any():
         first = int(nan_out.nonzero()[0])
-        return (f"output element {first} is NaN: either it was never written, or the kernel read outside "
+        return (f"{shown(f'output element {first} is', 'some output elements are')} NaN: either it was never written, or the kernel read outside "
                 f"{inputs} (their guards hold NaN). Are the offsets pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)?")
     last_block_start = (n - 1) // block_size * block_size
     if wrong[last_block_start:].any() and not wrong[:last_block_start].any():

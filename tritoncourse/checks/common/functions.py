@@ -1,6 +1,10 @@
 """Calling the learner's plain Python functions (phases 4 and 5): making sure a graded name is an ordinary ``def``,
 calling it with every failure turned into a message that names the call and the learner's line, requiring a
 ValueError for bad input, and the comparisons and formats the function checks share.
+
+On a hidden case (grading/hidden_cases.py) :func:`_fmt` names a value's kind, never the value, and a call is
+shown as ``name(...)``: the arguments are the hidden case's inputs, and what the learner's function returned could
+encode them.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import types
 import torch
 import triton
 
-from ...checking import KernelCheckError, stage
+from ...checking import KernelCheckError, hidden, stage
 
 REL = 1e-6  # relative tolerance for the learner's arithmetic (it is exact up to rounding)
 
@@ -32,7 +36,22 @@ def require_function(fn, name: str) -> None:
         fn.__globals__.setdefault(module.__name__, module)
 
 
+def _kind(v) -> str:
+    """What kind of value ``v`` is, in words that quote nothing of it."""
+    if v is None or isinstance(v, bool):
+        return repr(v) if v is None else "a bool"
+    if isinstance(v, torch.Tensor):
+        return f"a {str(v.dtype).replace('torch.', '')} tensor"
+    if isinstance(v, torch.dtype):
+        return str(v)
+    name = type(v).__name__ if type(v).__module__ == "builtins" else "object"
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
 def _fmt(v) -> str:
+    """``v`` for a message: the value on a visible case, its kind on a hidden one (:func:`_kind`)."""
+    if hidden():
+        return _kind(v)
     if isinstance(v, float):
         return f"{v:.6g}"
     if isinstance(v, torch.dtype):
@@ -62,9 +81,16 @@ def _where_in_learner_code(err: BaseException) -> str:
     return f"\n  in `{f.name}`: {f.line}" if f.line else f"\n  in `{f.name}`"
 
 
+def _args(args: tuple, kwargs: dict | None = None) -> str:
+    """The arguments of a call for a message; ``...`` on a hidden case (they are its inputs)."""
+    if hidden():
+        return "..."
+    return ", ".join([_fmt(a) for a in args] + [f"{k}={_fmt(v)}" for k, v in (kwargs or {}).items()])
+
+
 def call(fn, name: str, *args, hint: str | None = None, **kwargs):
     """Call the learner's ``fn``; an exception becomes a message that names the call and the line."""
-    shown = ", ".join([_fmt(a) for a in args] + [f"{k}={_fmt(v)}" for k, v in kwargs.items()])
+    shown = _args(args, kwargs)
     stage(f"calling `{name}({shown})`")
     try:
         return fn(*args, **kwargs)
@@ -82,7 +108,7 @@ def call(fn, name: str, *args, hint: str | None = None, **kwargs):
 
 def expect_value_error(fn, name: str, args: tuple, why: str) -> None:
     """``fn(*args)`` must raise ValueError (a clear error for bad input), not return or fail otherwise."""
-    shown = ", ".join(_fmt(a) for a in args)
+    shown = _args(args)
     stage(f"calling `{name}({shown})`, which must raise ValueError")
     try:
         result = fn(*args)
@@ -108,6 +134,7 @@ def _close(a, b, rel: float = REL) -> bool:
 
 def _number(value, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise KernelCheckError(f"{what} is {_fmt(value)} ({type(value).__name__}), not a number.\n"
+        kind = "" if hidden() else f" ({type(value).__name__})"  # a learner's class name could spell anything
+        raise KernelCheckError(f"{what} is {_fmt(value)}{kind}, not a number.\n"
                                "Likely cause: return a plain int or float (use float(...) or .item() on a tensor).")
     return value

@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from ...checking import KernelCheckError, compare, fence_supported, fresh_seed, stage
+from ...checking import (Case, KernelCheckError, compare, fence_supported, fresh_seed, shown, size_kind, stage,
+                         tiles_kind)
 from ...device import infer_device
 from ..common.launch import explain_launch_error, launch, require_triton_kernel
 from .diagnosis import _stride_hint, _swapped_ids_unwritten, diagnose
@@ -75,9 +76,11 @@ def check_matmul_relu(kernel, M: int, N: int, K: int, block_m: int = 32, block_n
     a, b = make_inputs(M, N, K, seed, pattern, block_k)
     expected = matmul_relu_ref(a, b)
     layouts = (layout_a, layout_b, layout_c)
-    shown = "" if layouts == ("contiguous",) * 3 else f", A {layout_a}, B {layout_b}, C {layout_c}"
-    context = (f"M={M}, N={N}, K={K}, BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K={block_k}{shown}, "
-               f"{pattern} fp16 inputs, seed {seed}")
+    shown_layouts = "" if layouts == ("contiguous",) * 3 else f", A {layout_a}, B {layout_b}, C {layout_c}"
+    context = Case(f"M={M}, N={N}, K={K}, BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K={block_k}{shown_layouts}, "
+                   f"{pattern} fp16 inputs, seed {seed}", tiles_kind(M, N, block_m, block_n),
+                   size_kind(K, block_k, "K", "BLOCK_K", "K steps"), shown_layouts.lstrip(", "),
+                   f"{pattern} fp16 inputs")
     pad = _pad((block_m, block_n, block_k))
     ga_view, ga = _place(a, layout_a, pad, device)
     gb_view, gb = _place(b, layout_b, pad, device)
@@ -96,7 +99,7 @@ def check_matmul_relu(kernel, M: int, N: int, K: int, block_m: int = 32, block_n
         also = (" or the store does not use stride_cm and stride_cn (C is not contiguous in this test)"
                 if layout_c != "contiguous" else "")
         raise KernelCheckError(
-            f"{stray} element(s) outside C were written; the first at {where} ({context}).\n"
+            f"{shown(f'{stray} element(s)', 'Elements')} outside C were written; the first at {where} ({context}).\n"
             "Likely cause: the tl.store is not masked with (rows < M) & (columns < N), so the last tiles' "
             f"rows past M or columns past N are written{also}.")
     atol, rtol, _ = TOLERANCE

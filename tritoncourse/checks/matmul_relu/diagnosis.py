@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from ...checking import shown
 from ...tolerances import MATMUL_RELU as TOLERANCE  # (atol, rtol, why): C fp16 against an fp32 reference
 from .inputs import UNWRITTEN, _linear, _relu_in_loop
 
@@ -31,7 +32,7 @@ def _stride_hint(a, b, c, layouts: tuple[str, str, str]) -> str:
                              ("B", b, layouts[1], ("stride_bk", "stride_bn")),
                              ("C", c, layouts[2], ("stride_cm", "stride_cn"))):
         if lay != "contiguous":
-            names.append(f"{label} is {lay} ({s[0]}={t.stride(0)}, {s[1]}={t.stride(1)})")
+            names.append(f"{label} is {lay}" + shown(f" ({s[0]}={t.stride(0)}, {s[1]}={t.stride(1)})", ""))
     return ("the kernel does not follow the stride arguments. In this test " + "; ".join(names) + ". "
             "Address A[m, k] as a_ptr + m * stride_am + k * stride_ak, B[k, n] as "
             "b_ptr + k * stride_bk + n * stride_bn and C[m, n] as c_ptr + m * stride_cm + n * stride_cn "
@@ -169,11 +170,12 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
         n_un = int(unwritten.sum())
         r, c = unwritten.nonzero()[0].tolist()
         if torch.equal(unwritten, _swapped_ids_unwritten(M, N, block_m, block_n)):
-            return (f"{n_un} elements of C were never written, in whole tiles: the program ids look swapped. "
-                    f"The grid is (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)) = ({triton.cdiv(M, block_m)}, "
-                    f"{triton.cdiv(N, block_n)}): rows come from tl.program_id(0), columns from "
-                    "tl.program_id(1).")
-        return (f"{n_un} elements of C were never written, the first at row {r}, column {c}: does every "
+            grid = shown(f" = ({triton.cdiv(M, block_m)}, {triton.cdiv(N, block_n)})", "")
+            return (f"{shown(f'{n_un} elements', 'Elements')} of C were never written, in whole tiles: the program "
+                    f"ids look swapped. The grid is (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)){grid}: rows come from "
+                    "tl.program_id(0), columns from tl.program_id(1).")
+        return (shown(f"{n_un} elements of C were never written, the first at row {r}, column {c}",
+                      "Some elements of C were never written") + ": does every "
                 "program store its whole BLOCK_M x BLOCK_N tile, at rows pid_m * BLOCK_M + "
                 "tl.arange(0, BLOCK_M) and columns pid_n * BLOCK_N + tl.arange(0, BLOCK_N), with the store "
                 "mask (rows < M) & (columns < N)?")
@@ -181,23 +183,26 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
         mixup = _stride_mixup(out, views, bases) or _advance_mixup(out, views, bases, block_k)
         if mixup:
             return mixup
+    here_k = shown(f" (here K = {K} is not a multiple of BLOCK_K = {block_k})",
+                   " (K is not a multiple of BLOCK_K here)")
     tail = _k_tail_unmasked(out, views, bases, block_k) if views is not None and bases is not None else ""
     if tail:
-        return (f"the loads of {tail} in the last K step read past K (here K = {K} is not a multiple of "
-                f"BLOCK_K = {block_k}): the memory around A and B holds NaN in this test and 0 * NaN = NaN, "
+        return (f"the loads of {tail} in the last K step read past K{here_k}: the memory around A and B holds NaN "
+                "in this test and 0 * NaN = NaN, "
                 "so masking only one of the two loads is not enough (on a GPU, tl.maximum(NaN, 0.0) is 0, so "
                 "those outputs come out 0). Mask both A's and B's loads with their k index < K (other=0.0).")
     nan = torch.isnan(out)
     if nan.any():
         r, c = nan.nonzero()[0].tolist()
         if K % block_k:
-            return (f"C[{r}, {c}] is NaN: a load in the last K tile read past K (here K = {K} is not a multiple "
-                    f"of BLOCK_K = {block_k}). The memory around A and B holds NaN in this test and "
+            return (f"{shown(f'C[{r}, {c}] is', 'Some of C is')} NaN: a load in the last K tile read past K"
+                    f"{here_k}. The memory around A and B holds NaN in this test and "
                     "0 * NaN = NaN, so masking only one of the two loads is not enough: mask both A's and "
                     "B's loads with their k index < K (other=0.0).")
         if views is not None and any(lay != "contiguous" for lay in layouts):
-            return f"C[{r}, {c}] is NaN: " + _stride_hint(*views, layouts)
-        return (f"C[{r}, {c}] is NaN: the kernel read outside A or B (the memory around them holds NaN in "
+            return f"{shown(f'C[{r}, {c}] is', 'Some of C is')} NaN: " + _stride_hint(*views, layouts)
+        return (f"{shown(f'C[{r}, {c}] is', 'Some of C is')} NaN: the kernel read outside A or B (the memory around "
+                "them holds NaN in "
                 "this test). Check the load masks and that A and B are addressed with their own strides.")
     lin = _linear(a, b)
     if (out == 0).all() and views is not None and any(lay != "contiguous" for lay in layouts) \
@@ -218,7 +223,8 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
             return ("C keeps the negative values and zeroes the positive ones: the ReLU is inverted. "
                     "Use tl.maximum(acc, 0.0) (or tl.where(acc > 0, acc, 0.0)).")
         r, c = (out < 0).nonzero()[0].tolist()
-        return (f"C[{r}, {c}] = {out[r, c].item():.4g} is negative, which relu never gives: is the ReLU "
+        return (f"{shown(f'C[{r}, {c}] = {out[r, c].item():.4g} is', 'Some of C is')} negative, which relu never "
+                "gives: is the ReLU "
                 "applied to the accumulator before the store?")
     if _close(out, torch.relu(-lin)):
         return ("C holds relu(-(A @ B)): the ReLU is applied to the negated product. "
@@ -234,12 +240,15 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
                 "once, after the loop.")
     k_full = K // block_k * block_k
     if K % block_k and _close(out, torch.relu(_linear(a, b, k_full))):
-        return (f"C matches A @ B over the first {k_full} of K = {K} elements only: the K tail was dropped. "
-                f"With K not a multiple of BLOCK_K = {block_k}, loop over tl.cdiv(K, BLOCK_K) tiles and "
+        return (f"C matches A @ B over the first {shown(f'{k_full} of K = {K}', 'K // BLOCK_K * BLOCK_K of K')} "
+                "elements only: the K tail was dropped. "
+                f"With K not a multiple of BLOCK_K{shown(f' = {block_k}', '')}, loop over tl.cdiv(K, BLOCK_K) tiles "
+                "and "
                 "mask the last one (k index < K, other=0.0).")
     k_early = (triton.cdiv(K, block_k) - 1) * block_k
     if _close(out, torch.relu(_linear(a, b, k_early))):
-        return (f"C matches A @ B over the first {k_early} of K = {K} elements: the K loop stops one tile "
+        return (f"C matches A @ B over {shown(f'the first {k_early} of K = {K}', 'all but the last tile of K')} "
+                "elements: the K loop stops one tile "
                 "early. Loop over all tl.cdiv(K, BLOCK_K) tiles (range(0, tl.cdiv(K, BLOCK_K))).")
     ref = torch.relu(lin)
     rel = ((out - ref).abs() / ref.abs().clamp(min=1.0)).max().item()

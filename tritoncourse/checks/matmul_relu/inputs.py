@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from ...checking import OUTPUT_SENTINEL, Guarded, compare, fenced_copy, generator, guarded_copy, guarded_empty
+from ...checking import (OUTPUT_SENTINEL, Guarded, compare, fenced_copy, generator, guarded_copy, guarded_empty,
+                         hidden)
 from ...tolerances import MATMUL_RELU as TOLERANCE  # (atol, rtol, why): C fp16 against an fp32 reference
 
 NAME = "triton_matmul_relu_kernel"
@@ -141,8 +142,11 @@ def _fenced(t: torch.Tensor, layout: str, device: str):
 
 
 def _where(flat_or_rc: tuple[int, ...], layout: str, shape: tuple[int, int]) -> str:
-    """A stray element's position, in words, relative to the matrix."""
+    """A stray element's position, in words, relative to the matrix (on a hidden case, only before or after it)."""
     rows, cols = shape
+    if hidden():
+        return "a place before C[0, 0]" if layout == "contiguous" and flat_or_rc[0] < 0 else \
+            "a place outside C's rows and columns"
     if layout == "contiguous":
         (i,) = flat_or_rc
         if i < 0:

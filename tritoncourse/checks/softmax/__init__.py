@@ -25,7 +25,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from ...checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fresh_seed, generator, stage
+from ...checking import (OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fresh_seed, generator, shown,
+                         stage)
 from ...device import infer_device
 from ...tolerances import SOFTMAX as TOLERANCES  # (atol, rtol, why) by output dtype; fp64 reference
 from ..common.launch import explain_launch_error, launch, require_triton_kernel
@@ -76,7 +77,8 @@ def _check_inputs_untouched(case: _Case, inputs: dict[str, tuple[Rows, torch.Ten
                                    f"Likely cause: a tl.store to {name}_ptr instead of the output pointer.")
         stray = rows.stray()
         if stray:
-            raise KernelCheckError(f"The kernel wrote next to its input `{name}` (the first: {rows.where(stray[0])}) "
+            first = shown(f" (the first: {rows.where(stray[0])})", "")
+            raise KernelCheckError(f"The kernel wrote next to its input `{name}`{first} "
                                    f"({case.context()}).\nLikely cause: a tl.store to {name}_ptr.")
 
 
@@ -86,7 +88,8 @@ def _check_values(out: torch.Tensor, expected: torch.Tensor, case: _Case, explai
     if not ok:
         n_unwritten = int(_unwritten(out).sum())
         if n_unwritten:
-            msg += (f"\n  {n_unwritten} element(s) were never written (they still hold {UNWRITTEN:g}, the value "
+            msg += (f"\n  {shown(f'{n_unwritten} element(s) were', 'some elements were')} never written (they "
+                    f"still hold {UNWRITTEN:g}, the value "
                     "the output starts with)")
         raise KernelCheckError(f"Wrong values ({case.context()}).\n{msg}\nLikely cause: {explain()}")
 

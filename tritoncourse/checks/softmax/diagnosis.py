@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from ...checking import KernelCheckError
+from ...checking import KernelCheckError, shown
 from ...tolerances import SOFTMAX_DIAGNOSIS  # looser closeness: which replayed mistake the output is
 from .inputs import UNWRITTEN, Rows, _Case
 
@@ -86,7 +86,7 @@ def _explain_stray_stores(out: Rows, stray: list[int], case: _Case, out_stride_a
 
     if out.stride != n_cols and written <= addresses(n_cols, n_cols):
         cause = (f"rows of the output are addressed with n_cols as their stride; rows are `{out_stride_arg}` "
-                 f"elements apart (here {out.stride}, not n_cols={n_cols}): use "
+                 f"elements apart{shown(f' (here {out.stride}, not n_cols={n_cols})', ', not n_cols')}: use "
                  f"row * {out_stride_arg} for the output pointer.")
     elif any(s != out.stride and written <= addresses(s, n_cols) for s in other_strides.values()):
         arg = next(a for a, s in other_strides.items() if s != out.stride and written <= addresses(s, n_cols))
@@ -101,8 +101,8 @@ def _explain_stray_stores(out: Rows, stray: list[int], case: _Case, out_stride_a
         cause = ("a tl.store with wrong offsets: rows start at output_ptr + row * "
                  f"{out_stride_arg}, and only columns 0 .. n_cols - 1 of a row may be written.")
     return KernelCheckError(
-        f"{len(stray)} element(s) outside the output's rows were written; the first: "
-        f"{out.where(stray[0])} ({case.context()}).\nLikely cause: {cause}")
+        shown(f"{len(stray)} element(s) outside the output's rows were written; the first: {out.where(stray[0])}",
+              "Elements outside the output's rows were written") + f" ({case.context()}).\nLikely cause: {cause}")
 
 
 def _explain_common(out, x, expected, case: _Case, gin: Rows, width: int) -> str | None:
@@ -120,7 +120,7 @@ def _explain_common(out, x, expected, case: _Case, gin: Rows, width: int) -> str
                 "exp(-inf) = 0.")
     if gin.stride != n_cols and _same(out, _softmax_rows(gin.read(n_cols, n_cols))):
         return ("rows of the input are addressed with n_cols as their stride; rows are input_row_stride "
-                f"elements apart (here {gin.stride}): use input_ptr + row * input_row_stride.")
+                f"elements apart{shown(f' (here {gin.stride})', '')}: use input_ptr + row * input_row_stride.")
     if case.strides["output"] != gin.stride and \
             _same(out, _softmax_rows(gin.read(case.strides["output"], n_cols))):
         return ("the input is read with output_row_stride; each tensor has its own stride: "

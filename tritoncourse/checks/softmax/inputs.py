@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...checking import Fenced
+from ...checking import Case, Fenced, dtype_name, size_kind
 
 SOFTMAX = "triton_softmax_kernel"
 ONLINE = "triton_online_softmax_kernel"
@@ -175,11 +175,20 @@ class _Case:
     strides: dict[str, int]
     seed: int
 
-    def context(self) -> str:
-        dt = str(self.dtype).replace("torch.", "")
+    def context(self) -> Case:
+        """The case's numbers for a message, or on a hidden case its kind (checking.Case)."""
+        dt = dtype_name(self.dtype)
         strides = ", ".join(f"{k} row stride {v}" for k, v in self.strides.items())
-        return (f"n_rows={self.n_rows}, n_cols={self.n_cols}, BLOCK_SIZE={self.block}, {dt}, "
-                f"{DATA.get(self.data, self.data)}, {strides}, seed {self.seed}")
+        data = DATA.get(self.data, self.data)
+        if self.kernel_name == ONLINE:
+            length = size_kind(self.n_cols, self.block, "rows of a length", "BLOCK_SIZE", "tiles")
+        else:  # one tile of next_power_of_2(n_cols) lanes holds the row
+            length = "rows whose length is a power of two" if self.n_cols == self.block else \
+                "rows whose length is not a power of two (the tile's last lanes are masked)"
+        layout = "contiguous rows" if all(v == self.n_cols for v in self.strides.values()) else \
+            "rows further apart than n_cols (each tensor with a row stride of its own)"
+        return Case(f"n_rows={self.n_rows}, n_cols={self.n_cols}, BLOCK_SIZE={self.block}, {dt}, {data}, {strides}, "
+                    f"seed {self.seed}", length, data, layout, dt)
 
 
 def _strides(strided: bool, n_cols: int, gaps: dict[str, int]) -> dict[str, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ...checking import fresh_seed, generator
+from ...checking import Case, dtype_name, fresh_seed, generator, size_kind
 from ...tolerances import DIAGNOSIS
 from ...device import infer_device
 from ..common.launch import launch, require_triton_kernel
@@ -19,7 +19,7 @@ def vector_add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x.double() + y.double()).to(x.dtype)
 
 
-def run_vector_add(kernel, x, y, out, block_size: int, *, context: str, device: str,
+def run_vector_add(kernel, x, y, out, block_size: int, *, context, device: str,
                    stage_text: str | None = None) -> None:
     """Launch the kernel the way the notebook's wrapper does: a 1-D grid of cdiv(n, BLOCK_SIZE) programs."""
     n = out.numel()
@@ -64,7 +64,8 @@ def check_vector_add(kernel, n: int, block_size: int, dtype: torch.dtype = torch
     x = torch.randn(n, generator=g).to(dtype)
     y = (torch.rand(n, generator=g) * 4 + 1).to(dtype)  # a different distribution from x
     expected = vector_add_ref(x, y)
-    context = f"n_elements={n}, BLOCK_SIZE={block_size}, {str(dtype).replace('torch.', '')}, seed {seed}"
+    context = Case(f"n_elements={n}, BLOCK_SIZE={block_size}, {dtype_name(dtype)}, seed {seed}",
+                   size_kind(n, block_size), dtype_name(dtype))
 
     def run(inputs, out, stage_text):
         run_vector_add(kernel, *inputs, out, block_size, context=context, device=device, stage_text=stage_text)

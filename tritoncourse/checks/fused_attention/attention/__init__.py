@@ -29,7 +29,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from ....checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fresh_seed, stage
+from ....checking import (OUTPUT_SENTINEL, Case, KernelCheckError, compare, fence_supported, fresh_seed, shown,
+                          size_kind, stage)
 from ....device import infer_device
 from ....tolerances import ATTENTION_LSE as LSE_TOLERANCE, ROUNDOFF, TF32_ROUNDOFF  # unit roundoffs; LSE's tolerance
 from ...common.launch import launch, require_triton_kernel
@@ -59,10 +60,12 @@ def _stray_cause(what: str, seq_len: int, block_m: int, o_layout: str) -> str:
                if what == "O" and o_layout != "contiguous" else "")
     if seq_len % block_m:
         return ("the tl.store of the query tile is not masked with rows < seq_len (the last tile has rows past "
-                f"seq_len = {seq_len} when it is not a multiple of BLOCK_M = {block_m}){strides}.")
+                f"seq_len{shown(f' = {seq_len}', '')} when it is not a multiple of BLOCK_M"
+                f"{shown(f' = {block_m}', '')}){strides}.")
     where = ("o_ptr + batch*stride_ob + head*stride_oh + row*stride_om + d*stride_od" if what == "O" else
              "lse_ptr + (batch * n_heads + head) * seq_len + row")
-    return (f"every query tile is whole here (seq_len = {seq_len} is a multiple of BLOCK_M = {block_m}), so no "
+    return (f"every query tile is whole here (seq_len{shown(f' = {seq_len}', '')} is a multiple of BLOCK_M"
+            f"{shown(f' = {block_m}', '')}), so no "
             "row past seq_len was stored: the program's (batch, head) or rows are wrong. With pid_1 = "
             "tl.program_id(1): batch = pid_1 // n_heads, head = pid_1 % n_heads (not the other way round), rows = "
             f"tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M), and {what}[batch, head, row] is at {where}"
@@ -105,9 +108,13 @@ def check_attention(kernel, batch: int, heads: int, seq_len: int, head_dim: int,
     name = str(dtype).replace("torch.", "")
     where = (f"{lays[0]} layout" if len(set(lays)) == 1 else
              "layouts " + ", ".join(f"{n} {lay}" for n, lay in zip(TENSORS, lays)))
-    context = (f"batch={batch}, heads={heads}, seq_len={seq_len}, HEAD_DIM={head_dim}, BLOCK_M={block_m}, "
-               f"BLOCK_N={block_n}, {'causal' if causal else 'not causal'}, {name}, {where}, {data} inputs"
-               f"{f', sm_scale={sm_scale:g}' if sm_scale != head_dim**-0.5 else ''}, seed {seed}")
+    causal_words = "causal" if causal else "not causal"
+    scale_words = "an sm_scale other than 1/sqrt(HEAD_DIM)" if sm_scale != head_dim**-0.5 else ""
+    context = Case(f"batch={batch}, heads={heads}, seq_len={seq_len}, HEAD_DIM={head_dim}, BLOCK_M={block_m}, "
+                   f"BLOCK_N={block_n}, {causal_words}, {name}, {where}, {data} inputs"
+                   f"{f', sm_scale={sm_scale:g}' if sm_scale != head_dim**-0.5 else ''}, seed {seed}",
+                   size_kind(seq_len, block_n, "a seq_len", "BLOCK_N", "key tiles"), causal_words, name, where,
+                   f"{data} inputs", scale_words)
     pad = max(block_m, block_n) + 8
     placed = place_inputs((q, k, v), lays, pad, device)
     go = place_output(q.shape, dtype, lays[3], pad, device)
@@ -126,12 +133,13 @@ def check_attention(kernel, batch: int, heads: int, seq_len: int, head_dim: int,
     o_cause = _output_stride_cause(go, placed, ref_o, (atol, rtol), lays) if stray or not ok else None
     if (stray or lse_stray) and not o_cause:
         what = "O" if stray else "LSE"
-        raise KernelCheckError(f"{stray or lse_stray} element(s) outside {what} were written ({context}).\n"
+        raise KernelCheckError(f"{shown(f'{stray or lse_stray} element(s)', 'Elements')} outside {what} were written "
+                               f"({context}).\n"
                                f"Likely cause: {_stray_cause(what, seq_len, block_m, lays[3])}")
     if not ok or o_cause:
         cause = o_cause or _attention_diagnose(go.view, lse, q, k, v, causal, sm_scale, block_m, block_n,
                                                (atol, rtol), ref_lse, data, placed + [go], lays)
-        head = f"{stray} element(s) outside O were written" if stray else "Wrong values"
+        head = f"{shown(f'{stray} element(s)', 'Elements')} outside O were written" if stray else "Wrong values"
         raise KernelCheckError(f"{head} ({context}).\n{msg}\nLikely cause: {cause}")
     ok, msg = compare(lse, ref_lse.reshape(batch * heads, seq_len), atol=l_atol, rtol=l_rtol, name="LSE")
     if not ok:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from ....checking import OUTPUT_SENTINEL, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed, stage
+from ....checking import (OUTPUT_SENTINEL, Case, KernelCheckError, compare, dtype_name, fence_supported, fenced_copy,
+                          fresh_seed, shown, stage)
 from ....device import infer_device
 from ....tolerances import (LAYER_NORM as LN_TOLERANCES, LAYER_NORM_BACKWARD as LN_BACKWARD_TOLERANCES,
                             LAYER_NORM_STATS as LN_STATS_TOLERANCE)
@@ -40,6 +41,11 @@ def _vec(t, pad, device, fill=float("nan")):
     return buf, view
 
 
+def _length_kind(n_cols: int, block: int) -> str:
+    return "rows whose length is a power of two" if n_cols == block else \
+        "rows whose length is not a power of two (the tile's last lanes are masked)"
+
+
 def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torch.float32, *, eps: float = 1e-5,
                      data: str = "randn", row_gap: int = 0, seed: int | None = None) -> None:
     """Launch ``triton_layer_norm_kernel`` like the wrapper does (grid (n_rows,), BLOCK_SIZE =
@@ -54,9 +60,12 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
     pad = max(64, block)
     rows_words = ("rows around +1000" if data == "offset" else
                   "rows of std 2 with means 2 to 3 in size, and rows of std 1e-3 to 1e-2 around 0")
-    context = (f"{n_rows} rows of {n_cols}, {str(dtype).replace('torch.', '')}, {rows_words}"
-               f"{f', x rows {n_cols + row_gap} apart and y contiguous' if row_gap else ''}"
-               f"{f', eps={eps:g}' if eps != 1e-5 else ''}, BLOCK_SIZE={block}, seed {seed}")
+    context = Case(f"{n_rows} rows of {n_cols}, {dtype_name(dtype)}, {rows_words}"
+                   f"{f', x rows {n_cols + row_gap} apart and y contiguous' if row_gap else ''}"
+                   f"{f', eps={eps:g}' if eps != 1e-5 else ''}, BLOCK_SIZE={block}, seed {seed}",
+                   _length_kind(n_cols, block), dtype_name(dtype), rows_words,
+                   "x rows further apart than n_cols and y contiguous" if row_gap else "",
+                   "an eps other than 1e-5" if eps != 1e-5 else "")
     stride = n_cols + row_gap
     size = pad + n_rows * stride + pad  # room for either tensor's rows addressed with the other's stride
     xs = torch.full((size,), float("nan"), dtype=dtype, device=device)
@@ -89,8 +98,8 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
             want[pad:pad + n_rows * n_cols] = UNWRITTEN
             want.as_strided((n_rows, n_cols), (stride, 1), pad).copy_(y_ref.to(dtype))
             if torch.allclose(ys.cpu().double(), want.double(), atol=atol, rtol=rtol):
-                cause = (f"y is addressed with x's row stride: here x's rows are {stride} apart (a slice of wider "
-                         f"rows) and y's {n_cols} (contiguous). Store row r at y_ptr + r * stride_y_row + cols.")
+                cause = (f"y is addressed with x's row stride: here x's rows are {shown(f'{stride} apart', 'further apart')}"
+                         f" (a slice of wider rows) and y's {shown(str(n_cols), 'n_cols')} (contiguous). Store row r at y_ptr + r * stride_y_row + cols.")
         raise KernelCheckError(f"The kernel wrote outside y, mean or rstd ({context}).\nLikely cause: {cause}")
     ok, msg = compare(yv, y_ref, atol=atol, rtol=rtol, name="y")
     if not ok:
@@ -99,8 +108,8 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
             xr = xs.cpu().as_strided((n_rows, n_cols), (n_cols, 1), pad)
             if torch.allclose(yv.cpu().double(), layer_norm_ref(xr, w, b, eps)[0].to(dtype).double(), atol=atol,
                               rtol=rtol, equal_nan=True):
-                cause = (f"x is addressed with y's row stride: here x's rows are {stride} apart (a slice of wider rows)"
-                         f" and y's {n_cols}. Load row r at x_ptr + r * stride_x_row + cols.")
+                cause = (f"x is addressed with y's row stride: here x's rows are {shown(f'{stride} apart', 'further apart')}"
+                         f" (a slice of wider rows) and y's {shown(str(n_cols), 'n_cols')}. Load row r at x_ptr + r * stride_x_row + cols.")
         cause = cause or _ln_diagnose(yv, x, w, b, eps, block, data, mean_v, rstd_v, (atol, rtol))
         raise KernelCheckError(f"Wrong values ({context}).\n{msg}\nLikely cause: {cause}")
     s_atol, s_rtol, _ = LN_STATS_TOLERANCE
@@ -145,9 +154,12 @@ def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program
     n_prog = triton.cdiv(n_rows, rows_per_program)
     pad = max(64, block)
     stride = n_cols + row_gap
-    context = (f"{n_rows} rows of {n_cols}, {str(dtype).replace('torch.', '')}, ROWS_PER_PROGRAM="
-               f"{rows_per_program} ({n_prog} programs), BLOCK_SIZE={block}"
-               f"{f', rows {stride} apart' if row_gap else ''}, seed {seed}")
+    context = Case(f"{n_rows} rows of {n_cols}, {dtype_name(dtype)}, ROWS_PER_PROGRAM="
+                   f"{rows_per_program} ({n_prog} programs), BLOCK_SIZE={block}"
+                   f"{f', rows {stride} apart' if row_gap else ''}, seed {seed}",
+                   _length_kind(n_cols, block), dtype_name(dtype),
+                   "the last program with fewer rows than ROWS_PER_PROGRAM" if n_rows % rows_per_program else
+                   "every program with ROWS_PER_PROGRAM rows", "rows further apart than n_cols" if row_gap else "")
 
     def rows_buffer(t, fill):
         buf = torch.full((pad + n_rows * stride + pad,), fill, dtype=dtype, device=device)
@@ -168,7 +180,8 @@ def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program
     stray = int((dxb.cpu()[~inside] != OUTPUT_SENTINEL).sum())
     stray += sum(int((torch.cat([t[:pad], t[-pad:]]) != OUTPUT_SENTINEL).sum()) for t in (dwb, dbb))
     if stray:
-        raise KernelCheckError(f"{stray} element(s) outside dx, dw_partial or db_partial were written ({context}).\n"
+        raise KernelCheckError(f"{shown(f'{stray} element(s)', 'Elements')} outside dx, dw_partial or db_partial were "
+                               f"written ({context}).\n"
                                "Likely cause: a store without the mask cols < n_cols, or a row past n_rows stored "
                                "(the last program has fewer than ROWS_PER_PROGRAM rows: skip rows >= n_rows), or a "
                                "partial row addressed other than dw_partial_ptr + pid * n_cols + cols.")
@@ -180,7 +193,7 @@ def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program
         dxc = dxv.detach().double().cpu()
         if (dxc == UNWRITTEN).any():
             r, c = (dxc == UNWRITTEN).nonzero()[0].tolist()
-            cause = (f"dx[{r}, {c}] was never written: program pid handles rows pid * ROWS_PER_PROGRAM + i for i in "
+            cause = (f"{shown(f'dx[{r}, {c}] was', 'Some of dx was')} never written: program pid handles rows pid * ROWS_PER_PROGRAM + i for i in "
                      "range(ROWS_PER_PROGRAM); does it store every one of them (rows < n_rows)?")
         elif torch.isnan(dxc).any():
             cause = "dx holds NaN: a load outside x, dy or w (mask cols < n_cols, other=0.0; rows < n_rows)."
@@ -203,7 +216,8 @@ def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program
                 (wdy - (xhat * c1 + c2), "dx is not multiplied by rstd at the end: dx = (w·dy - (xhat·c1 + "
                                          "c2))·rstd."),
                 ((wdy - (xhat * c1 + c2) * n_cols / block) * rs,
-                 f"c1 and c2 are divided by BLOCK_SIZE = {block} instead of n_cols = {n_cols}: the masked lanes are "
+                 f"c1 and c2 are divided by BLOCK_SIZE{shown(f' = {block}', '')} instead of n_cols"
+                 f"{shown(f' = {n_cols}', '')}: the masked lanes are "
                  "not part of the row (c1 = sum(xhat·w·dy)/n_cols, c2 = sum(w·dy)/n_cols)."),
             ]
             cause = next((words for cand, words in candidates
@@ -215,7 +229,8 @@ def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program
         p = part.detach().cpu().view(n_prog, n_cols).double()
         if (p == UNWRITTEN).any():
             r, c = (p == UNWRITTEN).nonzero()[0].tolist()
-            raise KernelCheckError(f"{name}_partial[{r}, {c}] was never written ({context}).\nLikely cause: each "
+            raise KernelCheckError(f"{shown(f'{name}_partial[{r}, {c}] was', f'Some of {name}_partial was')} never "
+                                   f"written ({context}).\nLikely cause: each "
                                    f"program must store its partial {name} (summed over its rows) at "
                                    f"{name}_partial_ptr + pid * n_cols + cols, masked with cols < n_cols.")
         ok, msg = compare(p.sum(0), ref, atol=atol * n_rows ** 0.5, rtol=rtol, name=f"{name} (partials summed)")

@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from ....checking import shown
 from ....tolerances import DIAGNOSIS, LAYER_NORM as LN_TOLERANCES, MEAN_DIAGNOSIS, ROUNDOFF, RSTD_DIAGNOSIS
 from .inputs import UNWRITTEN, layer_norm_ref
 
@@ -32,7 +33,7 @@ def _ln_candidates(x, w, b, eps, block_size):
         ((x64 - mean) * torch.sqrt(var + eps) * w64 + b64,
          "(x - mean) is multiplied by sqrt(var + eps) instead of divided by it: rstd = 1 / sqrt(var + eps)."),
         (norm(x64.sum(-1, keepdim=True) / block_size, var) * w64 + b64,
-         f"the mean is divided by BLOCK_SIZE = {block_size} instead of n_cols = {n}."),
+         f"the mean is divided by BLOCK_SIZE{shown(f' = {block_size}', '')} instead of n_cols{shown(f' = {n}', '')}."),
         (norm(mean, padded_var) * w64 + b64,
          "the variance counts the masked-off lanes: they load as 0, so x - mean is -mean there. Zero them before "
          "squaring: xc = tl.where(cols < n_cols, x - mean, 0.0)."),
@@ -40,8 +41,8 @@ def _ln_candidates(x, w, b, eps, block_size):
     ]
     for e in (1e-5, 1e-6):
         if not math.isclose(e, eps, rel_tol=1e-3):
-            out.append((norm(mean, var, e) * w64 + b64, f"eps is not the eps argument (here {eps:g}): the kernel uses "
-                                                        f"{e:g}. Use the eps the wrapper passes."))
+            out.append((norm(mean, var, e) * w64 + b64, f"eps is not the eps argument{shown(f' (here {eps:g})', '')}: the kernel "
+                                                        f"uses {e:g}. Use the eps the wrapper passes."))
     return out
 
 
@@ -51,10 +52,10 @@ def _ln_diagnose(y, x, w, b, eps, block_size, data, mean_k=None, rstd_k=None, to
         return "nothing was written to y: is there a tl.store to y_ptr + row * stride_y_row + cols?"
     if (yc == UNWRITTEN).any():
         r, c = (yc == UNWRITTEN).nonzero()[0].tolist()
-        return (f"y[{r}, {c}] was never written: does each program store its whole row (mask cols < n_cols)?")
+        return (f"{shown(f'y[{r}, {c}] was', 'Some of y was')} never written: does each program store its whole row (mask cols < n_cols)?")
     if torch.isnan(yc).any():
         r, c = torch.isnan(yc).nonzero()[0].tolist()
-        return (f"y[{r}, {c}] is NaN: the kernel read outside x, w or b (the memory around them holds NaN in this "
+        return (f"{shown(f'y[{r}, {c}] is', 'Some of y is')} NaN: the kernel read outside x, w or b (the memory around them holds NaN in this "
                 "test). Mask the loads with cols < n_cols and use other=0.0.")
     atol, rtol = tol if tol else LN_TOLERANCES[y.dtype][:2]
     for cand, words in _ln_candidates(x, w, b, eps, block_size):
