@@ -219,10 +219,18 @@ def test_a_busy_loop_gets_no_more_than_the_cpu_quota(hub):
             "        os._exit(0)\n    kids.append(pid)\nfor k in kids:\n    os.waitpid(k, 0)\n"
             "r = resource.getrusage(resource.RUSAGE_CHILDREN)\nprint(r.ru_utime + r.ru_stime)\n")
     stat = a["cpu"] / "cpu.stat"
-    before = dict(line.split() for line in read(stat).splitlines())
-    proc = as_learner_in(hub, hub.learners["a"], a, busy)
+    # The group's weight raised for the test (root's, not the learner's): on a busy machine its fair share alone could
+    # stay under the quota, which would then never act. The quota is what is checked.
+    weight = a["cpu"] / ("cpu.weight" if (a["cpu"] / "cpu.weight").exists() else "cpu.shares")
+    old = read(weight)
+    weight.write_text("10000" if weight.name == "cpu.weight" else "262144")
+    try:
+        before = dict(line.split() for line in read(stat).splitlines())
+        proc = as_learner_in(hub, hub.learners["a"], a, busy)
+        after = dict(line.split() for line in read(stat).splitlines())
+    finally:
+        weight.write_text(old)
     used = float(proc.stdout.split()[-1])
-    after = dict(line.split() for line in read(stat).splitlines())
     assert used <= CPUS * wall * 1.25 + 0.1, f"{used:.2f} s of CPU in {wall} s under a {CPUS} CPU quota"
     assert int(after["nr_throttled"]) > int(before["nr_throttled"]), (before, after)  # the quota acted
     print(f"cpu: {used:.2f} s of CPU in {wall} s, throttled {int(after['nr_throttled']) - int(before['nr_throttled'])}"
