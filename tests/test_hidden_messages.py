@@ -256,3 +256,35 @@ def test_layer_norm(judged):
     assert "a hidden case: rows whose length is not a power of two" in hidden, hidden
     assert "the stored mean is wrong: mean = sum(x) / n_cols" in hidden, hidden
     _absent(hidden, 7, 777, 1024, 5439, SEED)
+
+
+# ------------------------------------------------------------------------------------ through the grader's path
+@pytest.mark.slow
+def test_a_kernel_wrong_only_on_a_hidden_size_is_told_without_it(tmp_path):
+    """The fixture through run_cell (the judge outside, the runner in a grading sandbox): it loses its ragged test
+    on the hidden size it stores, and the report names the kind of case and the cause, no number of that case."""
+    import nbformat
+
+    from course import ROOT, SUBMISSIONS, Fixture
+    from tritoncourse.device import infer_device
+    from tritoncourse.grading import sandbox
+    from tritoncourse.grading.isolated import _Zygote, run_cell
+    from tritoncourse.grading.source import kernels_from_notebook
+
+    assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
+    source = nbformat.read(ROOT / "source" / "01_vector_add" / "01_vector_add.ipynb", as_version=4)
+    release = nbformat.read(ROOT / "release" / "01_vector_add" / "01_vector_add.ipynb", as_version=4)
+    fixture = Fixture.load(SUBMISSIONS / "01_vector_add" / "wrong_only_on_hidden_ragged_size.py")
+    kernels, plain = kernels_from_notebook(fixture.notebook(release, source))
+    cell = next(c.source for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                == "test_vector_add_ragged_sizes")
+    box = sandbox.Sandbox("hidden-messages")
+    zygote = _Zygote(box) if infer_device() == "cpu" else None  # a GPU's runner is a process of its own
+    try:
+        report = run_cell(cell, kernels, plain, seed=SEED, sandbox=box, zygote=zygote).report()
+    finally:
+        if zygote is not None:
+            zygote.close()
+        box.close()
+    assert fixture.expect_message.lower() in report.lower() and "Likely cause:" in report, report
+    _absent(report, 9973, 9972, 128, 9856, 117)
