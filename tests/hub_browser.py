@@ -13,7 +13,7 @@ import nbformat
 
 from hub_class import KEY_POINTS, KEY_QUESTION, _inbound, _submission_id, gradebook_scores
 from hub_env import PHASE, Hub
-from test_inert_pages import LeakServer, _formgrader_paths, probe
+from inert_probe import LeakServer, _formgrader_paths, probe
 
 
 def login(browser, hub: Hub, user: str, shot):

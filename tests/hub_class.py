@@ -16,7 +16,7 @@ import nbformat
 
 from course import SUBMISSIONS, Fixture
 from hub_env import PHASE, Hub
-from test_browser import learner_notebook
+from learner_lab import learner_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts" / "hub"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from learner_lab import CHROMIUM
 from servers import free_port, wait_until_answers
-from test_browser import CHROMIUM
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASE = "01_vector_add"

@@ -9,8 +9,8 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_raw_cell
 
 from course import Fixture
-from test_browser import learner_notebook
-from test_inert_pages import hostile_notebook
+from hostile_markup import hostile_notebook
+from learner_lab import learner_notebook
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 PHASE = "01_vector_add"

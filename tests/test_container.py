@@ -10,10 +10,11 @@ Built here, once per test session, with Debian's client (/usr/bin/docker, BuildK
 
 Then, in the images: the lock's pins; no solution, gradebook or submission in the image or its build
 context; `course check all` on a course whose notebooks hold the source's solutions; `lab-cpu` started by
-docker-compose from the real compose file, healthy, driven by tests/test_browser.py's browser steps (a
+docker-compose from the real compose file, healthy, driven by tests/learner_lab.py's browser steps (a
 notebook runs, a widget renders, Validate passes), files saved on the mounted course owned by the host
 user; and the instructor image grading a class with its learners' code in the bubblewrap sandbox, nested
-in the container under the least privilege docs/CONTAINER.md gives (SANDBOX_OPTS; refused without them).
+in the container under the least privilege docs/CONTAINER.md gives (SANDBOX_OPTS; refused without them):
+tests/test_container_instructor.py. Course folders as mounted at /course: tests/container_courses.py.
 
 Sizes and build times go to tests/artifacts/container/images.json. Needs a Docker engine (root:
 `bash tools/docker-engine.sh` installs and starts one): without one every test skips and says so, except in
@@ -35,67 +36,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import SUBMISSIONS, Fixture, gradebook_rows, graded_test_ids
+from container_courses import GPU_PYTHON_IMAGE, PHASES, docker_run, learner_course
 # The engine, the base, torch's wheel and the CPU learner image (fixtures base, torch_index, cpu_image): in
 # tests/docker_images.py, shared with tests/test_hub_docker.py and registered by tests/conftest.py.
 from docker_images import ARTIFACTS, DOCKER_DIR, HOST_GID, HOST_UID, ROOT, _ids, _record, build, docker, run
+from learner_lab import KernelWaits
 from servers import free_port
-from test_browser import KernelWaits
 
 GPU_STAND_IN = "triton-course-test-base:bookworm-torch"
-# The compose file's image names: the tests build them, compose runs them.
-INSTRUCTOR_IMAGE, GPU_PYTHON_IMAGE = "triton-course:instructor-cpu", "triton-course-test:gpu-python"
-PHASES = sorted(p.name for p in (ROOT / "release").iterdir() if (p / f"{p.name}.ipynb").exists())
-# The bubblewrap command of the grading sandbox (../shared/field-notes.md), with a check of what it gives.
-BWRAP_PROBE = ("mkdir -p /tmp/scratch && bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp "
-               "--bind /tmp/scratch /tmp/scratch --unshare-net --unshare-pid --unshare-user --uid 1000 --gid 1000 "
-               "--die-with-parent --new-session sh -c 'echo sandbox uid $(id -u) pid $$; "
-               "touch /ro-check 2>/dev/null && echo root writable || echo root read-only'")
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
-
-
-@pytest.fixture(scope="session")
-def instructor_image(cpu_image, base, torch_index) -> str:
-    build(INSTRUCTOR_IMAGE, "instructor", "FLAVOR=cpu", f"BASE_CPU={base}", f"TORCH_INDEX_URL={torch_index}",
-          *_ids())
-    return INSTRUCTOR_IMAGE
-
-
-# ---- course folders, as mounted at /course ----
-
-def _chown_tree(path: Path) -> None:
-    if os.getuid() == 0:
-        for p in [path, *path.rglob("*")]:
-            os.lchown(p, HOST_UID, HOST_GID)
-
-
-def learner_course(dest: Path, solved: list[str], missing: tuple[str, ...] = ()) -> Path:
-    """A learner's course folder: what `make handout` gives (no source/), the compose file, and notebooks/
-    with the phases in ``solved`` holding the source's solutions (the others as released), except
-    ``missing``, left for `lab` to create. Owned by the host user."""
-    from test_browser import learner_notebook
-
-    dest.mkdir(parents=True)
-    shutil.copytree(ROOT / "release", dest / "release")
-    shutil.copytree(ROOT / "tritoncourse", dest / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(DOCKER_DIR, dest / "docker")
-    (dest / "notebooks").mkdir()
-    shutil.copy2(ROOT / "notebooks" / "nbgrader_config.py", dest / "notebooks")
-    for phase in PHASES:
-        if phase in missing:
-            continue
-        nb = learner_notebook(phase) if phase in solved else nbformat.read(
-            ROOT / "release" / phase / f"{phase}.ipynb", as_version=4)
-        nbformat.write(nb, dest / "notebooks" / f"{phase}.ipynb")
-    _chown_tree(dest)
-    return dest
-
-
-def docker_run(image: str, course: Path, *command: str, opts: tuple[str, ...] = (), timeout: float = 900,
-               check: bool = True) -> subprocess.CompletedProcess:
-    return run(docker(), "run", "--rm", "-v", f"{course}:/course", *opts, image, *command, timeout=timeout,
-               check=check)
 
 
 # ---- the learner's image ----
@@ -243,7 +193,7 @@ def test_lab_cpu_serves_the_course_in_the_browser_and_saves_as_the_host_user(cpu
     phase 1 runs, its widget redraws, Validate passes; what it saves belongs to the host user."""
     from playwright.sync_api import expect, sync_playwright
 
-    from test_browser import CHROMIUM, CHROMIUM_ARGS, TEST_SETTINGS, _drive, _requirements_or_fail
+    from learner_lab import CHROMIUM, CHROMIUM_ARGS, TEST_SETTINGS, _drive, _requirements_or_fail
 
     _requirements_or_fail()
     course = learner_course(tmp_path / "course", solved=[PHASES[0]], missing=(PHASES[-1],))
@@ -289,104 +239,6 @@ def test_lab_cpu_serves_the_course_in_the_browser_and_saves_as_the_host_user(cpu
             f"{path.name} belongs to {st.st_uid}:{st.st_gid}, not the host user {HOST_UID}:{HOST_GID}"
     saved = nbformat.read(course / "notebooks" / f"{PHASES[0]}.ipynb", as_version=4)
     assert any(c.get("outputs") for c in saved.cells if c.cell_type == "code"), "the saved notebook has no outputs"
-
-
-# ---- the instructor's image ----
-
-# The least privilege that lets the grading sandbox (bubblewrap, in a user namespace) run in the container,
-# as docs/CONTAINER.md gives it: no capabilities at all, no new privileges, Docker's default seccomp
-# refusals but for the namespace calls (docker/sandbox-seccomp.json), and /proc unmasked so that bwrap may
-# mount a /proc of its own. `systempaths` is read by the docker client only (Compose v1 and the engine's API
-# refuse it), so grading runs through `docker run`.
-SANDBOX_OPTS = ("--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "--security-opt", "seccomp=docker/sandbox-seccomp.json", "--security-opt", "systempaths=unconfined")
-
-
-def instructor_run(image: str, course: Path, *command: str, sandbox: bool = True, timeout: float = 1200,
-                   check: bool = True) -> subprocess.CompletedProcess:
-    """`docker run` of the instructor's image on ``course``, from the course folder, as docs/CONTAINER.md."""
-    opts = SANDBOX_OPTS if sandbox else ()
-    return run(docker(), "run", "--rm", "-v", f"{course}:/course", *opts, image, *command, cwd=course,
-               timeout=timeout, check=check)
-
-
-def test_docs_give_the_tested_sandbox_settings():
-    text = (ROOT / "docs" / "CONTAINER.md").read_text()
-    assert " ".join(SANDBOX_OPTS) in " ".join(text.split()), "docs/CONTAINER.md must give SANDBOX_OPTS as tested"
-
-
-def test_bubblewrap_runs_in_the_instructor_container_only_with_the_sandbox_settings(instructor_image, tmp_path):
-    """The grading sandbox's bwrap command inside the instructor's image under SANDBOX_OPTS: a read-only
-    root, its own pids, the learner's uid; the course's sandbox reports itself usable. With Docker's
-    defaults the same command is refused and grading would refuse to run: the settings are needed."""
-    course = _instructor_course(tmp_path / "course")
-    proc = instructor_run(instructor_image, course, "bash", "-c", BWRAP_PROBE, check=False)
-    assert proc.returncode == 0 and "sandbox uid 1000 pid 2" in proc.stdout and "root read-only" in proc.stdout, \
-        proc.stdout + proc.stderr
-    status = "python -c 'from tritoncourse.grading import sandbox; print(sandbox.status())'"
-    proc = instructor_run(instructor_image, course, "bash", "-c", status)
-    assert "grading sandbox: bubblewrap" in proc.stdout and "user namespace" in proc.stdout, proc.stdout
-    plain = instructor_run(instructor_image, course, "bash", "-c", BWRAP_PROBE, sandbox=False, check=False)
-    assert plain.returncode != 0 and "sandbox uid" not in plain.stdout, plain.stdout + plain.stderr
-    plain = instructor_run(instructor_image, course, "bash", "-c", status, sandbox=False)
-    assert "grading sandbox UNAVAILABLE" in plain.stdout, plain.stdout
-
-
-def _instructor_course(dest: Path) -> Path:
-    """An instructor's course folder: source/ of phase 1, the course's nbgrader_config.py, the package,
-    the compose file; released and a class submitted inside the container by the test."""
-    dest.mkdir(parents=True)
-    shutil.copytree(ROOT / "source" / PHASES[0], dest / "source" / PHASES[0])
-    shutil.copy2(ROOT / "nbgrader_config.py", dest)
-    shutil.copytree(ROOT / "tritoncourse", dest / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(DOCKER_DIR, dest / "docker")
-    _chown_tree(dest)
-    return dest
-
-
-# A small class, graded two at a time: a correct learner, and one whose kernel forgets the mask (its stray
-# read crashes the check in the sandbox, and its notebook's kernel dies: it loses only those tests). Learners of the
-# session's serial baseline (tests/baseline.py), handing in the very files it graded.
-CLASS = ("correct_other_zero", "wrong_no_mask")
-
-
-def test_instructor_image_grades_a_class_sandboxed(instructor_image, serial_baseline, tmp_path):
-    """In the instructor's image under SANDBOX_OPTS: release phase 1 with nbgrader, grade a class
-    of two with `python -m tritoncourse grade`, every learner's code in the bubblewrap sandbox, export the
-    grades; each learner gets what the host's grading gives them: every gradebook value equal to the session's
-    serial baseline's (plain nbgrader on the host), and the tests their fixture names lost."""
-    course = _instructor_course(tmp_path / "course")
-
-    def in_container(*command: str) -> subprocess.CompletedProcess:
-        return instructor_run(instructor_image, course, *command)
-
-    start = time.monotonic()
-    in_container("nbgrader", "generate_assignment", PHASES[0], "--log-level=WARN")
-    release = nbformat.read(course / "release" / PHASES[0] / f"{PHASES[0]}.ipynb", as_version=4)
-    for student in CLASS:
-        dest = course / "submitted" / student / PHASES[0]
-        dest.mkdir(parents=True)
-        shutil.copy2(serial_baseline.notebook(student), dest / f"{PHASES[0]}.ipynb")
-    _chown_tree(course)
-    graded = in_container("python", "-m", "tritoncourse", "grade", PHASES[0], "--jobs", "2")
-    assert "grading sandbox: bubblewrap" in graded.stdout + graded.stderr, graded.stdout + graded.stderr
-    in_container("python", "-m", "tritoncourse", "export", PHASES[0], "-o", "grades.csv")
-    _record("instructor grades a class of 2", seconds=round(time.monotonic() - start, 1))
-    (ARTIFACTS / "instructor-grade.log").write_text(graded.stdout + graded.stderr)
-
-    rows = gradebook_rows(f"sqlite:///{course / 'gradebook.db'}")
-    reference = gradebook_rows(serial_baseline.url())
-    assert rows == {(PHASES[0], s): reference[(PHASES[0], s)] for s in CLASS}, (rows, reference)
-    tests = graded_test_ids(release)
-    for student in CLASS:
-        fx = Fixture.load(SUBMISSIONS / PHASES[0] / f"{student}.py")
-        scores = {gid: g[3] for gid, g in rows[(PHASES[0], student)]["notebooks"][PHASES[0]]["grades"].items()}
-        lost = {t for t in tests if scores[t] == 0}
-        assert lost == (set() if fx.all_pass else fx.expect_fail), f"{student} lost {sorted(lost)}"
-    grades = (course / "grades.csv").read_text()
-    assert all(student in grades for student in CLASS), grades
-    for path in (course / "gradebook.db", course / "grades.csv"):
-        assert path.stat().st_uid == HOST_UID, f"{path.name} belongs to uid {path.stat().st_uid}"
 
 
 # ---- the GPU flavour, everything but CUDA ----

@@ -9,47 +9,33 @@ notebooks of some of its learners are graded again, here with one seed:
   tools/install-ci-deps.sh) and that nbgrader itself created; one worker is killed in the middle of a grading;
 - five of them by ``--scheduler`` on a separate scheduler and workers, through every fault at once: a worker
   killed that never comes back, the scheduler killed and restarted (new workers), the coordinator killed and
-  started again.
+  started again (tests/test_distributed_faults.py);
 - four of them by ``--cluster slurm`` on a one-node Slurm this module starts (tests/slurm.py), two batch jobs.
 Every gradebook value must equal the baseline's, and no learner may be lost or doubled. (Dask's worker grades one
 learner by the same private `nbgrader autograde` as local grading, whose equality with the baseline on the whole
-class of troubles tests/test_classroom.py proves.)
+class of troubles tests/test_classroom.py proves.) The class, its helpers and the baseline's rows:
+tests/cluster_grading.py.
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 import pytest
 
-from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, gradebook_rows, graded_test_ids
-from baseline import Baseline
-from postgres import Postgres, PostgresMissing, free_port
+from cluster_grading import (A, CLASS_SIZE, DASK_CLASS, GPU_CLASS, SEED, SLURM_CLASS, Output, _env, _new_course,
+                             baseline_course, baseline_rows, expected_counts, gone_within, gpu_fixtures, grade_cmd,
+                             row_counts, running_gradings, sqlite_url, state, student_of)
+from course import ROOT, Course, gradebook_rows, graded_test_ids
+from postgres import Postgres, PostgresMissing
 from slurm import Slurm, SlurmMissing
-
-A = "01_vector_add"
-SEED = "20261125"
-# The Dask class: learners of the baseline's class (tests/baseline.py), each a different verdict; the fault and
-# Slurm classes are its first five and four.
-DASK_CLASS = ("reference", "wrong_no_mask", "correct_other_zero", "wrong_compile_error", "segfault_kernel",
-              "untouched")
-CLASS_SIZE = len(DASK_CLASS)
-FAULT_CLASS = 5
-SLURM_CLASS = 4
-# `--cluster local --gpu` grades this many learners twice (serial nbgrader, then Dask) under compute-sanitizer: a GPU
-# machine's call is at most 600 s, and 4 learners twice did not finish in 490 s beside another suite (2026-11-25)
-GPU_CLASS = 2
 
 
 # ------------------------------------------------------------------------------------------ PostgreSQL
@@ -62,163 +48,6 @@ def postgres():
         pytest.fail(str(err))
     yield server
     server.stop()
-
-
-# ------------------------------------------------------------------------------------------ the class
-
-def _env(course: Path, **extra) -> dict:
-    """Every process imports the course package from the course folder's frozen copy, with one seed."""
-    # The frozen copy first; a PYTHONPATH already set (a GPU machine's carried packages) stays after it.
-    path = os.pathsep.join(p for p in (str(course), os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=path,
-               TRITONCOURSE_SEED=SEED)
-    env.pop("TRITONCOURSE_DB_URL", None)
-    env.update(extra)
-    return env
-
-
-def gpu_fixtures() -> list[Fixture]:
-    """The GPU run's learners (it grades its own serial reference: the session's baseline is the CPU's)."""
-    every = [Fixture.load(p) for p in sorted((SUBMISSIONS / A).glob("*.py"))]
-    return [fx for fx in every if fx.name != "wrong_endless_loop"][:GPU_CLASS]
-
-
-def _new_course(path: Path, notebooks: dict[str, object], db_url: str | None = None) -> Course:
-    """A course folder with the frozen package and ``notebooks`` (learner -> a notebook, the path of one, or a
-    fixture) handed in; its gradebook created by nbgrader (on ``db_url`` if given)."""
-    env = _env(path, **({"TRITONCOURSE_DB_URL": db_url} if db_url else {}))
-    # Scaled down as the serial baseline's course (tests/course.py); the package frozen for the Dask workers.
-    c = Course(path, [A], scaled_down=True, frozen_package=True, env=env)
-    release, source = c.release_notebook(A), c.source_notebook(A)
-    for student, nb in notebooks.items():
-        if isinstance(nb, Fixture):
-            nb = nb.notebook(release, source)
-        c.submit(student, A, nb.read_text() if isinstance(nb, Path) else nb)
-    return c
-
-
-def baseline_course(path: Path, baseline: Baseline, learners: int = CLASS_SIZE, db_url: str | None = None) -> Course:
-    """A course with the first ``learners`` of the Dask class, each handing in the very file the baseline graded."""
-    return _new_course(path, {s: baseline.notebook(s) for s in DASK_CLASS[:learners]}, db_url)
-
-
-def baseline_rows(baseline: Baseline, learners: int = CLASS_SIZE) -> dict:
-    """The baseline's gradebook values of the first ``learners`` of the Dask class."""
-    rows = gradebook_rows(baseline.url())
-    return {(A, s): rows[(A, s)] for s in DASK_CLASS[:learners]}
-
-
-def expected_counts(rows: dict) -> dict[str, int]:
-    """The rows a gradebook holding exactly ``rows`` (one notebook per learner) has in each table."""
-    nbs = [nb for row in rows.values() for nb in row["notebooks"].values()]
-    return {"student": len(rows), "submitted_assignment": len(rows), "submitted_notebook": len(nbs),
-            "grade": sum(len(nb["grades"]) for nb in nbs), "comment": sum(len(nb["comments"]) for nb in nbs)}
-
-
-def row_counts(url: str) -> dict[str, int]:
-    """How many rows each table of submissions holds: a learner graded twice or lost shows here."""
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(url)
-    with engine.connect() as con:
-        counts = {t: con.execute(text(f"SELECT count(*) FROM {t}")).scalar()
-                  for t in ("student", "submitted_assignment", "submitted_notebook", "grade", "comment")}
-    engine.dispose()
-    return counts
-
-
-def sqlite_url(c: Course) -> str:
-    return f"sqlite:///{c.path / 'gradebook.db'}"
-
-
-def state(c: Course) -> dict:
-    import json
-
-    return json.loads((c.path / "autograded" / ".classroom" / "state.json").read_text())["entries"]
-
-
-def grade_cmd(c: Course, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "tritoncourse", "grade", "--course", str(c.path), *flags]
-
-
-def descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def gradings(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """The nbgrader autograde processes among ``procs`` (a worker's grading of one learner)."""
-    out = []
-    for p in procs:
-        try:
-            cmd = p.cmdline()
-        except psutil.Error:
-            continue
-        if "nbgrader" in cmd and "autograde" in cmd:
-            out.append(p)
-    return out
-
-
-def running_gradings(pid: int, older_than: float) -> list[psutil.Process]:
-    """The gradings under ``pid`` that have run for more than ``older_than`` seconds. A grading may end at any
-    moment (psutil then raises NoSuchProcess): such a one is left out."""
-    out = []
-    for g in gradings(descendants(pid)):
-        try:
-            if time.time() - g.create_time() > older_than:
-                out.append(g)
-        except psutil.Error:
-            continue
-    return out
-
-
-def student_of(proc: psutil.Process) -> str:
-    cmd = proc.cmdline()
-    return cmd[cmd.index("--student") + 1]
-
-
-def gone_within(pids: list[int], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
-            return True
-        time.sleep(0.2)
-    return False
-
-
-class Output:
-    """A command's output read line by line in a thread; the test waits for lines that match."""
-
-    def __init__(self, proc: subprocess.Popen):
-        self.proc, self.lines, self.ended, self._cv = proc, [], False, threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            with self._cv:
-                self.lines.append(line)
-                self._cv.notify_all()
-        with self._cv:
-            self.ended = True
-            self._cv.notify_all()
-
-    def wait_for(self, pattern: str, timeout: float = 900, start: int = 0) -> int:
-        """Index of the first line from ``start`` on that matches; fails if the output ends first."""
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            while True:
-                for i in range(start, len(self.lines)):
-                    if re.search(pattern, self.lines[i]):
-                        return i
-                if self.ended or time.monotonic() > deadline:
-                    raise AssertionError(f"no line matching {pattern!r}:\n{self.text[-6000:]}")
-                self._cv.wait(timeout=1)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.lines)
 
 
 # ------------------------------------------------------------------------------------------ fast checks
@@ -308,7 +137,6 @@ def dask_pg(tmp_path_factory, postgres, serial_baseline) -> DaskRun:
             proc.kill()
     return DaskRun(c, url, out.text, proc.returncode, worker.pid, victim.pid, student, died,
                    time.monotonic() - start)
-
 
 
 def _scores(rows: dict, student: str) -> dict[str, float]:
@@ -425,10 +253,6 @@ def test_a_learner_copy_of_the_gradebook_holds_that_learner_alone(dask_pg, tmp_p
     assert row_counts(f"sqlite:///{copy}")["grade"] < row_counts(f"sqlite:///{template}")["grade"]
 
 
-# ------------------------------------------------------------------------------------------ every fault at once
-
-# ------------------------------------------------------------------------------------------ Slurm
-
 @pytest.fixture(scope="module")
 def slurm():
     try:
@@ -472,125 +296,3 @@ def test_a_slurm_cluster_grades_like_serial_nbgrader(slurm, serial_baseline, tmp
         time.sleep(1)
     assert not slurm.jobs(), slurm.jobs()
     print(f"slurm: {SLURM_CLASS} learners in {seconds:.0f} s")
-
-
-class DaskProcesses:
-    """A scheduler and workers as separate processes (what `dask scheduler` / `dask worker` run on a cluster),
-    each in a folder of its own; workers without a nanny, so that a killed one never comes back."""
-
-    def __init__(self, folder: Path, env: dict):
-        self.folder, self.env, self.port = folder, env, free_port()
-        self.address = f"tcp://127.0.0.1:{self.port}"
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
-        where = self.folder / name
-        where.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen([str(BIN / "dask"), *args], cwd=where, env=self.env, stdout=subprocess.DEVNULL,
-                                stderr=open(where / "log", "ab"))
-        self.procs[name] = proc
-        return proc
-
-    def scheduler(self, name: str) -> subprocess.Popen:
-        proc = self._start(name, ["scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard"])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return proc
-            time.sleep(0.2)
-        raise AssertionError((self.folder / name / "log").read_text())
-
-    def worker(self, name: str) -> subprocess.Popen:
-        return self._start(name, ["worker", self.address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                                  "--name", name, "--local-directory", str(self.folder / name)])
-
-    def wait_workers(self, n: int) -> None:
-        from distributed import Client
-
-        with Client(self.address, timeout=30, set_as_default=False) as client:
-            client.wait_for_workers(n, timeout=120)
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-
-
-@dataclass
-class FaultRun:
-    course: Course
-    first: str
-    second: str
-    returncode: int
-    lingering: list[int]
-
-
-@pytest.fixture(scope="module")
-def faults(tmp_path_factory, serial_baseline) -> FaultRun:
-    """`grade --scheduler`: worker "a" killed mid-grading (never back); the scheduler killed after the first
-    learner and started again with a new worker "c"; the coordinator killed after its next learner, then run
-    again."""
-    base = tmp_path_factory.mktemp("faults")
-    c = baseline_course(base / "course", serial_baseline, FAULT_CLASS)
-    env = _env(c.path)
-    dask = DaskProcesses(base / "dask", env)
-    flags = ["--scheduler", dask.address, "--reconnect-wait", "120", "--worker-wait", "300"]
-    killed_gradings = []
-    try:
-        dask.scheduler("scheduler1")
-        dask.worker("a")
-        dask.worker("b")
-        dask.wait_workers(2)
-        first = subprocess.Popen(grade_cmd(c, *flags), cwd=c.path, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
-        out = Output(first)
-        # 1. worker "a" killed in the middle of a grading; it never comes back
-        deadline, victim = time.monotonic() + 300, None
-        while victim is None and time.monotonic() < deadline:
-            running = running_gradings(dask.procs["a"].pid, 3)
-            victim = running[0] if running else None
-            time.sleep(0.2)
-        assert victim is not None, out.text
-        killed_gradings.append(victim.pid)
-        dask.procs["a"].kill()
-        # 2. the scheduler killed once a learner is merged, then started again (with worker "c"; worker "b" shuts
-        #    itself down when its scheduler goes, as Dask workers do, and its grading goes with it)
-        out.wait_for(r"^\[1/")
-        killed_gradings += [g.pid for g in gradings(descendants(dask.procs["b"].pid))]
-        dask.procs["scheduler1"].kill()
-        out.wait_for("lost the connection to the scheduler")
-        dask.scheduler("scheduler2")
-        dask.worker("c")
-        back = out.wait_for("connected to the scheduler at .* again", timeout=300)
-        # 3. the coordinator killed (SIGKILL: no chance to tidy up) after its next learner, then run again
-        out.wait_for(r"^\[\d+/", start=back)
-        first.kill()
-        first.wait()
-        second = subprocess.run(grade_cmd(c, *flags), cwd=c.path, env=env, capture_output=True, text=True,
-                                timeout=1800)
-        lingering = [p for p in killed_gradings if psutil.pid_exists(p)
-                     and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    finally:
-        dask.close()
-    return FaultRun(c, out.text, second.stdout + second.stderr, second.returncode, lingering)
-
-
-@pytest.mark.slow
-def test_every_fault_at_once_still_grades_each_learner_exactly_once(faults, serial_baseline):
-    """A worker killed for good, the scheduler lost and restarted, the coordinator killed and rerun: are all
-    learners graded, once, with plain serial nbgrader's grades?"""
-    f = faults
-    assert f.returncode == 0, f.first[-4000:] + "\n----\n" + f.second[-4000:]
-    assert not f.lingering, f"gradings outlived their killed worker: {f.lingering}"
-    m = re.search(r"(\d+) notebook\(s\) to grade, (\d+) already done", f.second)
-    assert m and int(m.group(2)) >= 2 and int(m.group(1)) >= 1, f.second  # the rerun did only what was left
-    names = DASK_CLASS[:FAULT_CLASS]
-    entries = state(f.course)
-    assert sorted(k for k in entries) == sorted(f"{A}/{n}" for n in names)
-    assert all(entries[f"{A}/{n}"]["status"] == "graded" for n in names), entries
-    assert not list((f.course.path / "autograded").glob(f"*/.{A}.*")), "a half-moved autograded folder"
-    rows = gradebook_rows(sqlite_url(f.course))
-    reference = baseline_rows(serial_baseline, FAULT_CLASS)
-    assert rows == reference, {k: (rows.get(k), reference[k]) for k in reference if rows.get(k) != reference[k]}
-    assert row_counts(sqlite_url(f.course)) == expected_counts(reference)  # nothing lost or doubled

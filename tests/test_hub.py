@@ -50,8 +50,8 @@ from hub_class import (ARTIFACTS, KEY_POINTS, KEY_QUESTION, ROOT, WRONG, _freeze
                        finished, gradebook_scores, hidden_lines, notebooks, submit_as, write_as)
 from hub_env import PHASE, running_hub
 from hub_learners import hostile_learner, marked_notebook, owner_of
-from test_browser import CHROMIUM, CHROMIUM_ARGS
-from test_inert_pages import LeakServer, assert_inert
+from inert_probe import LeakServer, assert_inert
+from learner_lab import CHROMIUM, CHROMIUM_ARGS
 
 LOAD_LEARNERS = 30
 
