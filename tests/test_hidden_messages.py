@@ -288,3 +288,35 @@ def test_a_kernel_wrong_only_on_a_hidden_size_is_told_without_it(tmp_path):
         box.close()
     assert fixture.expect_message.lower() in report.lower() and "Likely cause:" in report, report
     _absent(report, 9973, 9972, 128, 9856, 117)
+
+
+# A learner's function whose reply is sized by its input: the judge refuses it (rpc's bounds), and its message on a
+# hidden case names no byte count (the runner chooses it, so it can spell the hidden size).
+SIZED_REPLY = "def f(x):\n    return [0.5] * (x.numel() * 10)\n"
+SIZED_TEST = ('"""A reply sized by its input."""\nimport torch\nfrom tritoncourse.checks.common.functions import call\n\n'
+              'call(f, "f", torch.zeros(7))\n{hidden}call(f, "f", torch.zeros(100003))\n{end}')
+
+
+@pytest.mark.slow
+def test_a_reply_sized_by_a_hidden_input_is_refused_without_its_size():
+    from tritoncourse.device import infer_device
+    from tritoncourse.grading import sandbox
+    from tritoncourse.grading.isolated import Assembly, _Zygote, run_test
+
+    assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
+    box = sandbox.Sandbox("hidden-replies")
+    zygote = _Zygote(box) if infer_device() == "cpu" else None
+    try:
+        runs = {where: run_test(SIZED_TEST.format(hidden=marks[0], end=marks[1]), Assembly(SIZED_REPLY, ["f"], []),
+                                timeout=60, seed=SEED, sandbox=box, zygote=zygote)
+                for where, marks in (("visible", ("", "")),
+                                     ("hidden", ("### BEGIN HIDDEN TESTS\n", "### END HIDDEN TESTS\n")))}
+    finally:
+        if zygote is not None:
+            zygote.close()
+        box.close()
+    visible, hidden = runs["visible"], runs["hidden"]
+    assert not visible.ok and re.search(r"sent \d+ bytes", visible.message), visible.report()
+    assert not hidden.ok and "on a hidden case of this test" in hidden.message, hidden.report()
+    assert "Likely cause: a value far larger than the test needs" in hidden.message, hidden.report()
+    assert not re.search(r"\d{3}", hidden.message), hidden.report()

@@ -34,6 +34,7 @@ class Outcome:
 
 GRADER_ERROR = "grader-error"
 HIDDEN_CASE = "a hidden case of this test (its inputs are not shown; every visible case before it passed)"
+RUNNER_SENT = "Your kernels' process sent "  # judge.py's words for a LimitExceeded or a ProtocolError
 HIDDEN_OUTPUT = ("Your kernels' output is not shown: a hidden case had begun, and it could quote that case's inputs. "
                  "Rerun the visible cases, and think of other sizes and inputs.")
 
@@ -122,8 +123,14 @@ def _outcome(runner_code, judge_code, rdir: Path, jdir: Path, limits: list[str],
         elif output.strip():
             message += "\nLast output:\n" + _tail(output, 1500)
         return Outcome(False, "crash", message, seed, seconds, title)
-    return Outcome(bool(verdict.get("ok")) and judge_code == 0, str(verdict.get("kind", "fail")),
-                   str(verdict.get("message", "")), seed, seconds, title)
+    message = str(verdict.get("message", ""))
+    if hidden == "now" and message.startswith(RUNNER_SENT):  # its counts and quotes are the runner's to choose
+        cause = message.partition("\nLikely cause:")[2]
+        message = (f"{RUNNER_SENT}the grader more than it allows, or something it cannot read, on {HIDDEN_CASE}; "
+                   "the test fails (what and how much are not shown: your code chooses them)."
+                   + (f"\nLikely cause:{cause}" if cause else ""))
+    return Outcome(bool(verdict.get("ok")) and judge_code == 0, str(verdict.get("kind", "fail")), message, seed,
+                   seconds, title)
 
 
 def _sanitizer_message(output: str, result: str, stage: str, hidden: str = "") -> str:
