@@ -48,7 +48,9 @@ def judged(tmp_path, monkeypatch):
 
 
 def _absent(message: str, *numbers) -> None:
-    """None of ``numbers`` appears in ``message`` as a number of its own (fp16's 16 is not the number 16)."""
+    """None of ``numbers`` appears in ``message`` as a number of its own (fp16's 16 is not the number 16), nor a
+    tolerance (some are scaled by the case's sizes or values)."""
+    assert "atol=" not in message, message
     for n in numbers:
         assert not re.search(rf"(?<![\w.]){re.escape(str(n))}(?![\w])", message), (n, message)
 
