@@ -8,7 +8,10 @@ of that file on the stack (or in an error's traceback) is on a line between the 
 (:func:`in_hidden_case`). The judge's stage file says so after each stage (:func:`stage_text`): verdict.py reads it
 back (:func:`read_stage`) and quotes the runner's output only where no hidden case has begun (its output is one file:
 once a hidden case ran, any of it may be that case's). :func:`scrub` takes the text of the learner's errors out of a
-message written on a hidden case. In a learner's own notebook the cells hold no hidden region: nothing changes.
+message written on a hidden case. The checks' own messages ask :func:`in_hidden_case` too (checking.py's ``Case``,
+``shown`` and ``compare``): on a hidden case they name its kind, never its sizes, strides, seed, indices or values,
+nor anything the learner's code returned. In a learner's own notebook the cells hold no hidden region: nothing
+changes.
 
 Imports nothing of the course (the judge, the checks and the verdict all use it).
 """
