@@ -262,9 +262,15 @@ def test_layer_norm(judged):
 
 # ------------------------------------------------------------------------------------ through the grader's path
 @pytest.mark.slow
-def test_a_kernel_wrong_only_on_a_hidden_size_is_told_without_it(tmp_path):
-    """The fixture through run_cell (the judge outside, the runner in a grading sandbox): it loses its ragged test
-    on the hidden size it stores, and the report names the kind of case and the cause, no number of that case."""
+@pytest.mark.parametrize("assignment, name, test, leaks", [
+    ("01_vector_add", "wrong_only_on_hidden_ragged_size", "test_vector_add_ragged_sizes",
+     (9973, 9972, 128, 9856, 117)),
+    ("04_benchmarking", "wrong_rates_encode_inputs", "test_gbps_units", ("SIZES",)),
+])
+def test_a_submission_wrong_only_on_hidden_cases_is_told_without_them(assignment, name, test, leaks):
+    """The fixture's first failing test through run_cell (the judge outside, the runner in a grading sandbox): it
+    fails on a hidden case, and the report names the kind of case (or of value) and the cause, and nothing of that
+    case: none of ``leaks``, no other number of four digits or more than the seed."""
     import nbformat
 
     from course import ROOT, SUBMISSIONS, Fixture
@@ -274,12 +280,11 @@ def test_a_kernel_wrong_only_on_a_hidden_size_is_told_without_it(tmp_path):
     from tritoncourse.grading.source import kernels_from_notebook
 
     assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
-    source = nbformat.read(ROOT / "source" / "01_vector_add" / "01_vector_add.ipynb", as_version=4)
-    release = nbformat.read(ROOT / "release" / "01_vector_add" / "01_vector_add.ipynb", as_version=4)
-    fixture = Fixture.load(SUBMISSIONS / "01_vector_add" / "wrong_only_on_hidden_ragged_size.py")
+    source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    release = nbformat.read(ROOT / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    fixture = Fixture.load(SUBMISSIONS / assignment / f"{name}.py")
     kernels, plain = kernels_from_notebook(fixture.notebook(release, source))
-    cell = next(c.source for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                == "test_vector_add_ragged_sizes")
+    cell = next(c.source for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == test)
     box = sandbox.Sandbox("hidden-messages")
     zygote = _Zygote(box) if infer_device() == "cpu" else None  # a GPU's runner is a process of its own
     try:
@@ -289,7 +294,8 @@ def test_a_kernel_wrong_only_on_a_hidden_size_is_told_without_it(tmp_path):
             zygote.close()
         box.close()
     assert fixture.expect_message.lower() in report.lower() and "Likely cause:" in report, report
-    _absent(report, 9973, 9972, 128, 9856, 117)
+    _absent(report, *leaks)
+    assert not re.search(r"\d{4,}", report.replace(str(SEED), "")), report
 
 
 # A learner's function whose reply is sized by its input: the judge refuses it (rpc's bounds), and its message on a
