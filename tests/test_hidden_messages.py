@@ -262,12 +262,13 @@ def test_layer_norm(judged):
 
 # ------------------------------------------------------------------------------------ through the grader's path
 @pytest.mark.slow
-@pytest.mark.parametrize("assignment, name, test, leaks", [
+@pytest.mark.parametrize("assignment, name, test, says, leaks", [
     ("01_vector_add", "wrong_only_on_hidden_ragged_size", "test_vector_add_ragged_sizes",
-     (9973, 9972, 128, 9856, 117)),
-    ("04_benchmarking", "wrong_rates_encode_inputs", "test_gbps_units", ("SIZES",)),
+     "Wrong values (a hidden case: a size that is not a multiple of BLOCK_SIZE", (9973, 9972, 128, 9856, 117)),
+    ("04_benchmarking", "wrong_rates_encode_inputs", "test_gbps_units", "`gbps(...)` is a str, not a number",
+     ("SIZES",)),
 ])
-def test_a_submission_wrong_only_on_hidden_cases_is_told_without_them(assignment, name, test, leaks):
+def test_a_submission_wrong_only_on_hidden_cases_is_told_without_them(assignment, name, test, says, leaks):
     """The fixture's first failing test through run_cell (the judge outside, the runner in a grading sandbox): it
     fails on a hidden case, and the report names the kind of case (or of value) and the cause, and nothing of that
     case: none of ``leaks``, no other number of four digits or more than the seed."""
@@ -293,7 +294,7 @@ def test_a_submission_wrong_only_on_hidden_cases_is_told_without_them(assignment
         if zygote is not None:
             zygote.close()
         box.close()
-    assert fixture.expect_message.lower() in report.lower() and "Likely cause:" in report, report
+    assert fixture.expect_message.lower() in report.lower() and says in report and "Likely cause:" in report, report
     _absent(report, *leaks)
     assert not re.search(r"\d{4,}", report.replace(str(SEED), "")), report
 

@@ -43,7 +43,8 @@ def _check_softmax_case(fn, x: torch.Tensor, meta: dict, *, context: str, device
         sizes = shown(f"BLOCK_SIZE = {block} and n_cols = {n_cols} ({shape})",
                       f"this config's BLOCK_SIZE ({size_kind(n_cols, block, 'rows of a length', 'it', 'tiles')})")
         raise KernelCheckError(
-            f"Wrong values ({context}).\n{msg}\nLikely cause: with {sizes} the kernel does not compute the softmax. It must work for every BLOCK_SIZE of its config "
+            f"Wrong values ({context}).\n{msg}\nLikely cause: with {sizes} the kernel does not compute the softmax. "
+            f"It must work for every BLOCK_SIZE of its config "
             "space: walk the row with range(0, n_cols, BLOCK_SIZE), mask each tile with start + cols < n_cols "
             "(other=-inf), keep a running max and a running sum rescaled by exp(m_old - m_new).")
     if fence_supported(device):
@@ -125,6 +126,7 @@ def check_every_vector_add_config(kernel, n: int = 1000, seed: int | None = None
         c = configs[i]
         meta = _config_meta(c)
         context = Case(f"config #{i} of {len(configs)}: {describe(c)}; n_elements={n}, seed {seed}",
-                       f"config #{i} of {len(configs)} ({describe(c)})", size_kind(n, meta["BLOCK_SIZE"], unit="its BLOCK_SIZE"))
+                       f"config #{i} of {len(configs)} ({describe(c)})",
+                       size_kind(n, meta["BLOCK_SIZE"], unit="its BLOCK_SIZE"))
         _check_vector_add_case(tuner.fn, x, y, meta, context=context, device=device)
     stage("done")

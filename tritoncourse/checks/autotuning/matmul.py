@@ -110,7 +110,8 @@ def diagnose_matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, meta: d
             if torch.equal(sim == UNWRITTEN, unwritten):
                 if order_name == "unclamped":
                     return ("whole tiles of C were never written, exactly those a kernel misses when the last "
-                            f"group of rows is shorter than GROUP_M{shown(f' = {gm}', '')} and group_size_m is not shrunk for it. "
+                            f"group of rows is shorter than GROUP_M{shown(f' = {gm}', '')} "
+                            f"and group_size_m is not shrunk for it. "
                             "Use group_size_m = min(num_pid_m - first_pid_m, GROUP_M).")
         r, c = unwritten.nonzero()[0].tolist()
         return (shown(f"{int(unwritten.sum())} elements of C were never written, the first at row {r}, column {c}",
@@ -130,18 +131,22 @@ def diagnose_matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, meta: d
     if K % bk and _close(out, torch.relu(a32[:, :k_full] @ b32[:k_full])):
         return (f"C matches A @ B over the first {shown(f'{k_full} of K = {K}', 'K // BLOCK_K * BLOCK_K of K')} "
                 "elements only: the last K step, which is "
-                f"shorter than BLOCK_K{shown(f' = {bk}', '')}, was dropped. Loop over tl.cdiv(K, BLOCK_K) steps and mask the "
+                f"shorter than BLOCK_K{shown(f' = {bk}', '')}, was dropped. "
+                f"Loop over tl.cdiv(K, BLOCK_K) steps and mask the "
                 "loads with k < K (other=0.0).")
     nan = torch.isnan(out)
     if nan.any():
         r, c = nan.nonzero()[0].tolist()
-        tail = (f" K{shown(f' = {K}', '')} is not a multiple of BLOCK_K{shown(f' = {bk}', '')}: a kernel that assumes it is reads past the end "
+        tail = (f" K{shown(f' = {K}', '')} is not a multiple of BLOCK_K{shown(f' = {bk}', '')}: "
+                f"a kernel that assumes it is reads past the end "
                 "of A's rows and B's columns on the last K step." if K % bk else "")
-        return (f"{shown(f'C[{r}, {c}] is', 'Some of C is')} NaN: the kernel read outside A or B (the memory around them holds NaN in this "
+        return (f"{shown(f'C[{r}, {c}] is', 'Some of C is')} NaN: the kernel read outside A or B "
+                f"(the memory around them holds NaN in this "
                 f"test, and 0 * NaN = NaN).{tail} Mask both loads: rows < M and k < K for A, k < K and "
                 "columns < N for B, with other=0.0.")
     if K % bk and ((out == 0) & (expected > 0)).any() and not torch.isnan(out).any():
-        return (f"K{shown(f' = {K}', '')} is not a multiple of BLOCK_K{shown(f' = {bk}', '')}, and C holds zeros where relu(A @ B) is positive: a "
+        return (f"K{shown(f' = {K}', '')} is not a multiple of BLOCK_K{shown(f' = {bk}', '')}, "
+                f"and C holds zeros where relu(A @ B) is positive: a "
                 "kernel that assumes BLOCK_K divides K reads past the end of A's rows and B's columns on the last K "
                 "step (NaN in this test, and on a GPU tl.maximum(NaN, 0) gives 0). Mask both loads: rows < M and "
                 "k < K for A, k < K and columns < N for B, with other=0.0.")

@@ -121,6 +121,7 @@ def check_table_rates(comparison_table, kind: str = "memory", names=("triton", "
                 hint = "ms is the median of the provider's per-round times (statistics.median)."
             raise _mismatch(row, want, "ms", context, hint)
         for key, unit in (("gbps", "GB/s"), ("tflops", "TFLOP/s")):
+            _number(row[key], f"Row '{want['provider']}': {key}")  # a str or None: said so (it was a TypeError)
             if not _close(row[key], want[key]):
                 hint = (f"{key} = {'gbps(n_bytes, ms)' if key == 'gbps' else 'tflops(flops, ms)'} with the median "
                         "time; n_bytes and flops are the op's (the same for every provider), so the column "

@@ -81,7 +81,8 @@ def diagnose_blocks(out: torch.Tensor, expected: torch.Tensor, block_size: int, 
                 "Offsets should start at tl.program_id(0) * BLOCK_SIZE.")
     if nan_out.any():
         first = int(nan_out.nonzero()[0])
-        return (f"{shown(f'output element {first} is', 'some output elements are')} NaN: either it was never written, or the kernel read outside "
+        return (f"{shown(f'output element {first} is', 'some output elements are')} NaN: "
+                f"either it was never written, or the kernel read outside "
                 f"{inputs} (their guards hold NaN). Are the offsets pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)?")
     last_block_start = (n - 1) // block_size * block_size
     if wrong[last_block_start:].any() and not wrong[:last_block_start].any():

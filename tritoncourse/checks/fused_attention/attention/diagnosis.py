@@ -120,7 +120,8 @@ def _replays(S, D, causal, sm_scale, block_m, block_n):
     ]
     if tail:
         out.append((dict(drop_last=True), f"the last key tile is dropped: seq_len{shown(f' = {S}', '')} is not a "
-                                          f"multiple of BLOCK_N{shown(f' = {block_n}', '')}, so loop over tl.cdiv(seq_len, BLOCK_N) tiles and mask the "
+                                          f"multiple of BLOCK_N{shown(f' = {block_n}', '')}, "
+                                          f"so loop over tl.cdiv(seq_len, BLOCK_N) tiles and mask the "
                                           "last one."))
     for stuck, words in (("first", "are never advanced"), ("loop", "are not advanced inside the key loop")):
         for which, kw in (("K's", dict(k_stuck=stuck)), ("V's", dict(v_stuck=stuck)),
@@ -140,7 +141,8 @@ def _replays(S, D, causal, sm_scale, block_m, block_n):
             + (", or after the query when causal" if causal else "") + ") still get weight. Use tl.where(mask, s, "
             "float('-inf')).")
     if tail:
-        out.append((dict(tail_scores=True), f"the scores of the keys past seq_len{shown(f' = {S}', '')} are not set to -inf (left "
+        out.append((dict(tail_scores=True), f"the scores of the keys past seq_len{shown(f' = {S}', '')} "
+                                            f"are not set to -inf (left "
                                             "unmasked, or masked with 0): their K and V load as 0, but exp(0 - m) "
                                             "still adds to the sum l. Use tl.where(cols < seq_len, s, float('-inf')) "
                                             "before the maximum and the exponential."))
@@ -174,7 +176,8 @@ def _scale_candidates(D, sm_scale):
                                           "either exp2 with sm_scale * log2(e), or exp with sm_scale alone."),
            (sm_scale**2, "sm_scale is applied twice: multiply the scores by it once.")]
     if not math.isclose(sm_scale, D**-0.5, rel_tol=1e-6):
-        out.insert(0, (D**-0.5, f"the kernel uses 1/sqrt(HEAD_DIM) instead of the sm_scale argument{shown(f' (here {sm_scale:g})', '')}"
+        out.insert(0, (D**-0.5, f"the kernel uses 1/sqrt(HEAD_DIM) instead of the sm_scale argument"
+                                f"{shown(f' (here {sm_scale:g})', '')}"
                                 ": multiply the scores by the sm_scale the wrapper passes."))
     return out
 
@@ -255,7 +258,8 @@ def _attention_diagnose(o, lse, q, k, v, causal, sm_scale, block_m, block_n, tol
         return "nothing was written to O: is there a tl.store to o_ptr with this program's rows?"
     if (oc == UNWRITTEN).any():
         b, h, r, d = (oc == UNWRITTEN).nonzero()[0].tolist()
-        return (f"{shown(f'O[{b}, {h}, {r}, {d}] was', 'Some of O was')} never written: does every program store all BLOCK_M rows of its query "
+        return (f"{shown(f'O[{b}, {h}, {r}, {d}] was', 'Some of O was')} never written: "
+                f"does every program store all BLOCK_M rows of its query "
                 f"tile (mask rows < seq_len) for its (batch, head) = (pid_1 // n_heads, pid_1 % n_heads)?")
     atol, rtol = tol
     close = lambda cand: bool(torch.allclose(oc, cand.to(o.dtype).double(), atol=atol, rtol=rtol, equal_nan=True))
@@ -292,7 +296,8 @@ def _attention_diagnose(o, lse, q, k, v, causal, sm_scale, block_m, block_n, tol
                     "so that the first tile sets it, and subtract m_new from the scores before the exponential.")
         if data == "huge_v":
             return ("O holds inf or NaN with V's values past fp16's range (|V| up to "
-                    f"{shown(f'{float(v.abs().max()):.3g}', 'far past it')}, fp16 ends at 65504): the accumulator or P @ V is held in fp16. In an "
+                    f"{shown(f'{float(v.abs().max()):.3g}', 'far past it')}, "
+                    f"fp16 ends at 65504): the accumulator or P @ V is held in fp16. In an "
                     "fp32 run keep everything fp32: acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32), and "
                     "convert P only to V's own dtype (p.to(v.dtype)) for the tl.dot.")
     for kwargs, words in _replays(S, D, causal, sm_scale, block_m, block_n):
@@ -307,7 +312,8 @@ def _attention_diagnose(o, lse, q, k, v, causal, sm_scale, block_m, block_n, tol
                      " (seq_len is not a multiple of BLOCK_N here)") if S % block_n else ""
         no_key = (" Or a row of O saw no key at all (its sum l is 0: 0 / 0 = NaN): with CAUSAL every query must see "
                   "its own key." if causal else "")
-        return (f"{shown(f'O[{b}, {h}, {r}, {d}] is', 'Some of O is')} NaN: the kernel read outside Q, K or V (the memory around them holds NaN "
+        return (f"{shown(f'O[{b}, {h}, {r}, {d}] is', 'Some of O is')} NaN: "
+                f"the kernel read outside Q, K or V (the memory around them holds NaN "
                 f"in this test){tail}. Mask the loads of rows >= seq_len (other=0.0) and give the scores of keys "
                 f"past seq_len the value -inf before the maximum and the exponential.{no_key}")
     if close(attention_ref(q, k, v, not causal, sm_scale)[0]):

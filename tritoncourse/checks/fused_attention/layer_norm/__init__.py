@@ -99,7 +99,8 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
             want.as_strided((n_rows, n_cols), (stride, 1), pad).copy_(y_ref.to(dtype))
             if torch.allclose(ys.cpu().double(), want.double(), atol=atol, rtol=rtol):
                 cause = (f"y is addressed with x's row stride: here x's rows are {shown(f'{stride} apart', 'further apart')}"
-                         f" (a slice of wider rows) and y's {shown(str(n_cols), 'n_cols')} (contiguous). Store row r at y_ptr + r * stride_y_row + cols.")
+                         f" (a slice of wider rows) and y's {shown(str(n_cols), 'n_cols')} (contiguous). "
+                         f"Store row r at y_ptr + r * stride_y_row + cols.")
         raise KernelCheckError(f"The kernel wrote outside y, mean or rstd ({context}).\nLikely cause: {cause}")
     ok, msg = compare(yv, y_ref, atol=atol, rtol=rtol, name="y")
     if not ok:
@@ -109,7 +110,8 @@ def check_layer_norm(kernel, n_rows: int, n_cols: int, dtype: torch.dtype = torc
             if torch.allclose(yv.cpu().double(), layer_norm_ref(xr, w, b, eps)[0].to(dtype).double(), atol=atol,
                               rtol=rtol, equal_nan=True):
                 cause = (f"x is addressed with y's row stride: here x's rows are {shown(f'{stride} apart', 'further apart')}"
-                         f" (a slice of wider rows) and y's {shown(str(n_cols), 'n_cols')}. Load row r at x_ptr + r * stride_x_row + cols.")
+                         f" (a slice of wider rows) and y's {shown(str(n_cols), 'n_cols')}. "
+                         f"Load row r at x_ptr + r * stride_x_row + cols.")
         cause = cause or _ln_diagnose(yv, x, w, b, eps, block, data, mean_v, rstd_v, (atol, rtol))
         raise KernelCheckError(f"Wrong values ({context}).\n{msg}\nLikely cause: {cause}")
     s_atol, s_rtol, _ = LN_STATS_TOLERANCE
@@ -193,7 +195,8 @@ def check_layer_norm_backward(kernel, n_rows: int, n_cols: int, rows_per_program
         dxc = dxv.detach().double().cpu()
         if (dxc == UNWRITTEN).any():
             r, c = (dxc == UNWRITTEN).nonzero()[0].tolist()
-            cause = (f"{shown(f'dx[{r}, {c}] was', 'Some of dx was')} never written: program pid handles rows pid * ROWS_PER_PROGRAM + i for i in "
+            cause = (f"{shown(f'dx[{r}, {c}] was', 'Some of dx was')} never written: "
+                     f"program pid handles rows pid * ROWS_PER_PROGRAM + i for i in "
                      "range(ROWS_PER_PROGRAM); does it store every one of them (rows < n_rows)?")
         elif torch.isnan(dxc).any():
             cause = "dx holds NaN: a load outside x, dy or w (mask cols < n_cols, other=0.0; rows < n_rows)."

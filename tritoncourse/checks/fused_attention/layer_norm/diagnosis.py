@@ -41,7 +41,8 @@ def _ln_candidates(x, w, b, eps, block_size):
     ]
     for e in (1e-5, 1e-6):
         if not math.isclose(e, eps, rel_tol=1e-3):
-            out.append((norm(mean, var, e) * w64 + b64, f"eps is not the eps argument{shown(f' (here {eps:g})', '')}: the kernel "
+            out.append((norm(mean, var, e) * w64 + b64, f"eps is not the eps argument"
+                                                        f"{shown(f' (here {eps:g})', '')}: the kernel "
                                                         f"uses {e:g}. Use the eps the wrapper passes."))
     return out
 
@@ -52,10 +53,12 @@ def _ln_diagnose(y, x, w, b, eps, block_size, data, mean_k=None, rstd_k=None, to
         return "nothing was written to y: is there a tl.store to y_ptr + row * stride_y_row + cols?"
     if (yc == UNWRITTEN).any():
         r, c = (yc == UNWRITTEN).nonzero()[0].tolist()
-        return (f"{shown(f'y[{r}, {c}] was', 'Some of y was')} never written: does each program store its whole row (mask cols < n_cols)?")
+        return (f"{shown(f'y[{r}, {c}] was', 'Some of y was')} never written: "
+                f"does each program store its whole row (mask cols < n_cols)?")
     if torch.isnan(yc).any():
         r, c = torch.isnan(yc).nonzero()[0].tolist()
-        return (f"{shown(f'y[{r}, {c}] is', 'Some of y is')} NaN: the kernel read outside x, w or b (the memory around them holds NaN in this "
+        return (f"{shown(f'y[{r}, {c}] is', 'Some of y is')} NaN: "
+                f"the kernel read outside x, w or b (the memory around them holds NaN in this "
                 "test). Mask the loads with cols < n_cols and use other=0.0.")
     atol, rtol = tol if tol else LN_TOLERANCES[y.dtype][:2]
     for cand, words in _ln_candidates(x, w, b, eps, block_size):
