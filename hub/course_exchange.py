@@ -12,13 +12,16 @@ hub/tritonhub.py copies this file beside both roles' nbgrader_config.py, which n
   submissions dated in the future (by this machine's clock) and any not made by the hand-in service or by the
   learner it names (a forged name, left from nbgrader's shared folder). A refused submission costs only its
   learner: one ``Not collected`` line in the log (Formgrader's collect dialog shows it) and in
-  ``<course>/exchange-refused.log``; everyone else is collected. nbgrader's own stopped the whole class at the
-  first oversized folder and copied links' targets as the instructor.
+  ``<course>/exchange-refused.log``, and one JSON object a line in ``<course>/exchange-refused.jsonl`` (what
+  ``python -m tritoncourse grade`` and ``export`` report: tritoncourse/classroom/refusals.py); everyone else is
+  collected. What the learner named (folders, files) is written inert: control characters escaped, length bounded.
+  nbgrader's own stopped the whole class at the first oversized folder and copied links' targets as the instructor.
 """
 from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import json
 import os
 import pwd
 import re
@@ -34,6 +37,9 @@ from traitlets import Integer
 FUTURE_SLACK = dt.timedelta(minutes=1)
 STUDENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")  # a learner's id: a folder name of submitted/
 MAX_DEPTH = 8
+REFUSED_LOG = "exchange-refused.log"  # one line a refusal, for people
+REFUSED_RECORDS = "exchange-refused.jsonl"  # one JSON object a refusal: tritoncourse/classroom/refusals.py reads it
+SHOWN = 300  # characters of a learner's name or reason in a line, at most
 
 
 class RootMade:
@@ -136,6 +142,30 @@ def _copy_file(dfd: int, name: str, dest: str, rel: str, max_file: int, room: in
         os.close(fd)
 
 
+def inert(text: str, limit: int = SHOWN) -> str:
+    """``text`` (a name a learner chose) with every control or invisible character escaped (no newline to forge a
+    log line, no terminal escape, no bidirectional override), at most ``limit`` characters."""
+    out = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+    return out if len(out) <= limit else out[:limit - 1] + "\u2026"
+
+
+def record_refusal(course_root: str, student: str, assignment: str, folder: str, why: str) -> str:
+    """Record one refused submission in ``<course>/exchange-refused.log`` (a line) and ``.jsonl`` (an object:
+    time, student, assignment, folder, reason); returns the line. A course folder that cannot be written loses
+    the record, never the collect."""
+    now = dt.datetime.now(dt.timezone.utc)
+    rec = {"time": f"{now:%Y-%m-%d %H:%M:%S} UTC", "student": inert(student, 100), "assignment": inert(assignment),
+           "folder": inert(folder), "reason": inert(why, 2 * SHOWN)}
+    line = f"Not collected: {rec['student']}'s {rec['assignment']} ({rec['folder']}): {rec['reason']}"
+    for name, text in [(REFUSED_LOG, f"{rec['time']} {line}"), (REFUSED_RECORDS, json.dumps(rec))]:
+        try:
+            with open(os.path.join(course_root, name), "a") as f:
+                f.write(text + "\n")
+        except OSError:
+            pass
+    return line
+
+
 def utcnow() -> dt.datetime:
     """Now, in UTC without a zone, as nbgrader's parse_utc gives timestamps."""
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -202,14 +232,7 @@ class Collect(RootMade, ExchangeCollect):
         return pwd.getpwuid(os.geteuid()).pw_name
 
     def refuse(self, student: str, what: str, why: str):
-        line = f"Not collected: {student}'s {self.coursedir.assignment_id} ({what}): {why}"
-        self.log.error(line)
-        try:
-            path = os.path.join(self.coursedir.root, "exchange-refused.log")
-            with open(path, "a") as f:
-                f.write(f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC {line}\n")
-        except OSError:
-            pass
+        self.log.error(record_refusal(self.coursedir.root, student, self.coursedir.assignment_id, what, why))
         return None
 
     def copy_files(self):

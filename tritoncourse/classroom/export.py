@@ -1,5 +1,6 @@
 """Grades as CSV: ``python -m tritoncourse export [ASSIGNMENT ...] [-o grades.csv]``: one row per learner and
-assignment, a column per test, failed tests with the seeds that reproduce them."""
+assignment, a column per test, failed tests with the seeds that reproduce them, and (``not_collected``) each hand-in
+the hub's exchange refused, why, and what was graded instead (refusals.py)."""
 from __future__ import annotations
 
 import csv
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from .course import Course
 from .grader import Grader
+from .refusals import csv_cells
 
 
 def export_csv(course: Course, out: Path, assignments: list[str] | None = None) -> int:
@@ -18,10 +20,11 @@ def export_csv(course: Course, out: Path, assignments: list[str] | None = None) 
         course.check_assignment(a)
     assignments = assignments or list(released)
     state = Grader(course).load_state()["entries"]
+    refused = csv_cells(course, assignments, state)
     rows, columns = [], []
     with Gradebook(course.db_url, course.course_id) as gb:
-        students = sorted({s.id for s in gb.students} | {k.split("/", 1)[1] for k in state
-                                                         if k.split("/", 1)[0] in assignments})
+        students = sorted({s.id for s in gb.students} | {s for _, s in refused}
+                          | {k.split("/", 1)[1] for k in state if k.split("/", 1)[0] in assignments})
         for a in assignments:
             assignment = gb.find_assignment(a)
             cells = [(nb.name, gc.name, gc.max_score) for nb in assignment.notebooks for gc in nb.grade_cells]
@@ -36,7 +39,8 @@ def export_csv(course: Course, out: Path, assignments: list[str] | None = None) 
                 except MissingEntry:
                     sub = None
                 if sub is None:
-                    row.update(status="failed" if entry.get("status") == "failed" else "no submission", score=0)
+                    row.update(status="failed" if entry.get("status") == "failed" else
+                               "not collected" if (a, s) in refused else "no submission", score=0)
                 else:
                     row.update(status="failed" if entry.get("status") == "failed" else "graded",
                                score=sub.score, needs_manual_grade=sub.needs_manual_grade,
@@ -48,9 +52,10 @@ def export_csv(course: Course, out: Path, assignments: list[str] | None = None) 
                                                for gid, v in sorted(entry.get("failed_tests", {}).items()))
                 row["reason"] = entry.get("reason", "")
                 row["notes"] = "; ".join(entry.get("notes", []))
+                row["not_collected"] = refused.get((a, s), "")
                 rows.append(row)
     fields = ["student", "assignment", "status", "score", "max_score", "needs_manual_grade", "late_penalty",
-              *columns, "failed_tests", "reason", "notes"]
+              *columns, "failed_tests", "reason", "notes", "not_collected"]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as f:

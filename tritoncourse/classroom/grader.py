@@ -34,6 +34,7 @@ from ..notebooks import CourseError
 from .course import Course
 from .database import snapshot
 from .private import PrivateCourse, Running, grade_privately, nbgrader_env, source_files
+from .refusals import report_lines
 from .results import _error_reason, merge, seeds_in_log
 from .executors import GradingStopped, LocalExecutor
 from .tasks import RunResult, Task, prepare
@@ -195,7 +196,7 @@ class Grader:
     def grade(self, assignments: list[str] | None = None, students: list[str] | None = None, *,
               force: bool = False, retry_failed: bool = False) -> int:
         self._run_deadline = time.monotonic() + self.run_timeout if self.run_timeout and self.run_timeout > 0 else None
-        pairs, assignments = self.plan(assignments, students)
+        pairs, self.assignments = self.plan(assignments, students)
         from ..grading import sandbox
 
         try:  # every learner's code runs in the grading sandbox: without it, nothing is graded
@@ -380,6 +381,8 @@ class Grader:
         for key, entry in unsure:
             self._print(f"  grader error: {key}: {', '.join(entry['grader_errors'])} scored 0 because the grader "
                         f"failed, not the learner (log: {entry.get('log')}); rerun with --retry-failed")
+        for line in report_lines(self.course, getattr(self, "assignments", None), state["entries"]):
+            self._print(line)  # hand-ins the hub's exchange refused: their learners' fault, not a grading failure
         return 1 if failed or unsure else 0
 
 
