@@ -261,6 +261,22 @@ def test_layer_norm(judged):
 
 
 # ------------------------------------------------------------------------------------ through the grader's path
+@pytest.fixture(scope="module")
+def graded():
+    """A grading sandbox and, on the CPU, its zygote (a GPU's runner is a process of its own), for the slow tests."""
+    from tritoncourse.device import infer_device
+    from tritoncourse.grading import sandbox
+    from tritoncourse.grading.isolated import _Zygote
+
+    assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
+    box = sandbox.Sandbox("hidden-messages")
+    zygote = _Zygote(box) if infer_device() == "cpu" else None
+    yield box, zygote
+    if zygote is not None:
+        zygote.close()
+    box.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment, name, test, says, leaks", [
     ("01_vector_add", "wrong_only_on_hidden_ragged_size", "test_vector_add_ragged_sizes",
@@ -268,32 +284,23 @@ def test_layer_norm(judged):
     ("04_benchmarking", "wrong_rates_encode_inputs", "test_gbps_units", "`gbps(...)` is a str, not a number",
      ("SIZES",)),
 ])
-def test_a_submission_wrong_only_on_hidden_cases_is_told_without_them(assignment, name, test, says, leaks):
+def test_a_submission_wrong_only_on_hidden_cases_is_told_without_them(graded, assignment, name, test, says, leaks):
     """The fixture's first failing test through run_cell (the judge outside, the runner in a grading sandbox): it
     fails on a hidden case, and the report names the kind of case (or of value) and the cause, and nothing of that
     case: none of ``leaks``, no other number of four digits or more than the seed."""
     import nbformat
 
     from course import ROOT, SUBMISSIONS, Fixture
-    from tritoncourse.device import infer_device
-    from tritoncourse.grading import sandbox
-    from tritoncourse.grading.isolated import _Zygote, run_cell
+    from tritoncourse.grading.isolated import run_cell
     from tritoncourse.grading.source import kernels_from_notebook
 
-    assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
+    box, zygote = graded
     source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
     release = nbformat.read(ROOT / "release" / assignment / f"{assignment}.ipynb", as_version=4)
     fixture = Fixture.load(SUBMISSIONS / assignment / f"{name}.py")
     kernels, plain = kernels_from_notebook(fixture.notebook(release, source))
     cell = next(c.source for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == test)
-    box = sandbox.Sandbox("hidden-messages")
-    zygote = _Zygote(box) if infer_device() == "cpu" else None  # a GPU's runner is a process of its own
-    try:
-        report = run_cell(cell, kernels, plain, seed=SEED, sandbox=box, zygote=zygote).report()
-    finally:
-        if zygote is not None:
-            zygote.close()
-        box.close()
+    report = run_cell(cell, kernels, plain, seed=SEED, sandbox=box, zygote=zygote).report()
     assert fixture.expect_message.lower() in report.lower() and says in report and "Likely cause:" in report, report
     _absent(report, *leaks)
     assert not re.search(r"\d{4,}", report.replace(str(SEED), "")), report
@@ -307,23 +314,14 @@ SIZED_TEST = ('"""A reply sized by its input."""\nimport torch\nfrom tritoncours
 
 
 @pytest.mark.slow
-def test_a_reply_sized_by_a_hidden_input_is_refused_without_its_size():
-    from tritoncourse.device import infer_device
-    from tritoncourse.grading import sandbox
-    from tritoncourse.grading.isolated import Assembly, _Zygote, run_test
+def test_a_reply_sized_by_a_hidden_input_is_refused_without_its_size(graded):
+    from tritoncourse.grading.isolated import Assembly, run_test
 
-    assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
-    box = sandbox.Sandbox("hidden-replies")
-    zygote = _Zygote(box) if infer_device() == "cpu" else None
-    try:
-        runs = {where: run_test(SIZED_TEST.format(hidden=marks[0], end=marks[1]), Assembly(SIZED_REPLY, ["f"], []),
-                                timeout=60, seed=SEED, sandbox=box, zygote=zygote)
-                for where, marks in (("visible", ("", "")),
-                                     ("hidden", ("### BEGIN HIDDEN TESTS\n", "### END HIDDEN TESTS\n")))}
-    finally:
-        if zygote is not None:
-            zygote.close()
-        box.close()
+    box, zygote = graded
+    runs = {where: run_test(SIZED_TEST.format(hidden=marks[0], end=marks[1]), Assembly(SIZED_REPLY, ["f"], []),
+                            timeout=60, seed=SEED, sandbox=box, zygote=zygote)
+            for where, marks in (("visible", ("", "")),
+                                 ("hidden", ("### BEGIN HIDDEN TESTS\n", "### END HIDDEN TESTS\n")))}
     visible, hidden = runs["visible"], runs["hidden"]
     assert not visible.ok and re.search(r"sent \d+ bytes", visible.message), visible.report()
     assert not hidden.ok and "on a hidden case of this test" in hidden.message, hidden.report()
