@@ -50,7 +50,7 @@ def judged(tmp_path, monkeypatch):
 def _absent(message: str, *numbers) -> None:
     """None of ``numbers`` appears in ``message`` as a number of its own (fp16's 16 is not the number 16), nor a
     tolerance (some are scaled by the case's sizes or values)."""
-    assert "atol=" not in message, message
+    assert not re.search(r"atol=\d", message), message
     for n in numbers:
         assert not re.search(rf"(?<![\w.]){re.escape(str(n))}(?![\w])", message), (n, message)
 
@@ -217,6 +217,30 @@ def test_cost_quotes_no_size(judged):
     assert "'triton' moves a wrong number of bytes on a hidden case" in hidden, hidden
     assert "elements are counted, not bytes" in hidden, hidden
     _absent(hidden, 123457, 370371, 1481484)
+
+
+def test_benchmark_and_roofline_quote_nothing_returned(judged):
+    """run_benchmark reporting a good provider as failed with a message that spells its inputs, and classify
+    returning a string that spells its arguments: neither string, nor the providers or rounds, on a hidden case."""
+    from tritoncourse.checks.benchmarking import check_classify, check_run_benchmark_times
+
+    def run_benchmark(providers, reference, inputs, timer, repeats=5, atol=1e-2, rtol=1e-2):
+        return {}, {name: f"LEAK {len(providers)} {repeats}" for name in providers}
+
+    visible, hidden = judged(lambda: check_run_benchmark_times(run_benchmark, names=("triton", "eager", "unfused"),
+                                                               repeats=7, seed=SEED))
+    assert "'LEAK 3 7'" in visible and "repeats=7" in visible, visible
+    assert "Correct providers were reported as failed (a hidden case: several providers, several rounds)" in hidden
+    assert "LEAK" not in hidden and "unfused" not in hidden, hidden
+    _absent(hidden, 7, SEED)
+
+    def classify(intensity, peak_gbps, peak_tflops):
+        return f"LEAK {intensity} {peak_gbps}"
+
+    visible, hidden = judged(lambda: check_classify(classify, count=1, seed=SEED))
+    assert "returned 'LEAK " in visible and "peak_gbps=" in visible, visible
+    assert "`classify(...)` returned a str, expected" in hidden and "on a hidden case (an intensity" in hidden, hidden
+    assert "LEAK" not in hidden and not re.search(r"\d{3}", hidden), hidden
 
 
 # ------------------------------------------------------------------------------------------------ phase 5
