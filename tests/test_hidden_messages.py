@@ -284,6 +284,33 @@ def test_layer_norm(judged):
     _absent(hidden, 7, 777, 1024, 5439, SEED)
 
 
+@pytest.mark.parametrize("mistake, visible_says, hidden_says", [
+    (dict(tail_scores=True), "past seq_len = 209 are not set", "past seq_len are not set to -inf"),
+    (dict(max_keys=128), "the keys from 128 on are never seen (seq_len = 209 here)",
+     "the keys past the first tiles are never seen"),
+])
+def test_attention_diagnosis(judged, mistake, visible_says, hidden_says):
+    """Phase 6's attention diagnosis of a replayed mistake (as test_checks_attention replays them), written as the
+    check writes it: the seq_len and the tile where keys stop are not named on a hidden case; the mistake is."""
+    from tritoncourse.checks.fused_attention import attention as fa
+
+    q, k, v = fa.make_qkv(1, 2, 209, 16, torch.float32, "randn", 5)
+    scale = 16**-0.5
+    ref_o, ref_lse = fa.attention_ref(q, k, v, False, scale)
+    atol, rtol, _ = fa.attention_tolerance(torch.float32, "cpu", float(ref_lse.abs().max()) + 6.0,
+                                           float(v.abs().max()))
+    out = fa._tiled(q, k, v, False, scale, 16, block_m=32, **mistake).float()
+
+    def check():
+        raise KernelCheckError(fa._attention_diagnose(out, None, q, k, v, False, scale, 32, 16, (atol, rtol),
+                                                      ref_lse, "randn"))
+
+    visible, hidden = judged(check)
+    assert visible_says in visible, visible
+    assert hidden_says in hidden, hidden
+    _absent(hidden, 209, 128, 16, 32)
+
+
 # ------------------------------------------------------------------------------------ through the grader's path
 @pytest.fixture(scope="module")
 def graded():
