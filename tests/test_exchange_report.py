@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -41,14 +42,27 @@ def test_the_report_reads_what_the_exchange_writes():
         (course_exchange.REFUSED_RECORDS, course_exchange.STUDENT.pattern, course_exchange.SHOWN)
 
 
-def make_course(root: Path, students: list[str]) -> Course:
+@pytest.fixture(scope="module")
+def gradebook(tmp_path_factory) -> Path:
+    """A gradebook with the assignment (one notebook, one test of 2 points), made once: tests copy it."""
+    from nbgrader.api import Gradebook
+
+    path = tmp_path_factory.mktemp("gradebook") / "gradebook.db"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+        with Gradebook(f"sqlite:///{path}", COURSE) as gb:
+            gb.add_assignment(A)
+            gb.update_or_create_notebook(A, A)
+            gb.update_or_create_grade_cell("test_a", A, A, max_score=2, cell_type="code")
+    return path
+
+
+def make_course(root: Path, gradebook: Path, students: list[str]) -> Course:
     from nbgrader.api import Gradebook
 
     root.mkdir(exist_ok=True)
+    shutil.copy(gradebook, root / "gradebook.db")
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}", COURSE) as gb:
-        gb.add_assignment(A)
-        gb.update_or_create_notebook(A, A)
-        gb.update_or_create_grade_cell("test_a", A, A, max_score=2, cell_type="code")
         for s in students:
             gb.add_student(s)
     return Course(root)
@@ -69,8 +83,8 @@ def summary(course: Course, state: dict, assignments=None) -> tuple[int, list[st
     return code, out.getvalue().splitlines()
 
 
-def test_grades_summary_and_export_name_each_refused_hand_in(tmp_path):
-    course = make_course(tmp_path / "course", ["big", "linked", "late"])
+def test_grades_summary_and_export_name_each_refused_hand_in(tmp_path, gradebook):
+    course = make_course(tmp_path / "course", gradebook, ["big", "linked", "late"])
     from nbgrader.api import Gradebook
     with Gradebook(course.db_url, COURSE) as gb:
         gb.add_submission(A, "big")
@@ -116,6 +130,18 @@ def test_grades_summary_and_export_name_each_refused_hand_in(tmp_path):
     assert rows["big"]["status"] == "graded" and "Graded instead: their hand-in collected earlier" in \
         rows["big"]["not_collected"]
     assert rows["linked"]["status"] == "not collected" and "symbolic link" in rows["linked"]["not_collected"]
+
+
+def test_nothing_to_grade_says_which_hand_ins_were_refused(tmp_path, gradebook, capsys):
+    """Every hand-in refused: `grade` has nothing to grade, and says why, before any sandbox is needed."""
+    from tritoncourse.cli import main
+
+    course = make_course(tmp_path / "course", gradebook, ["linked"])
+    course_exchange.record_refusal(str(course.root), "linked", A, f"linked+{A}+{LATE}+r",
+                                   f"{A}.ipynb is a symbolic link; nothing of it was collected")
+    assert main(["grade", "--course", str(course.root)]) == 2
+    out = capsys.readouterr().out
+    assert "Nothing to grade" in out and f"  not collected: {A}/linked: refused at collect" in out, out
 
 
 def test_a_long_record_is_bounded_and_a_broken_line_skipped(tmp_path):

@@ -146,6 +146,11 @@ def run_command(args) -> int:
             return make_handout(course, args.folder)
     except CourseError as err:
         print(err)
+        if args.command == "grade":  # e.g. nothing to grade because the hub's exchange refused every hand-in
+            from .refusals import report_lines
+
+            for line in report_lines(course, args.assignments or None, {}):
+                print(line)
         return 2
     except GradingStopped as err:
         print(f"Stopped: {err}")
