@@ -5,8 +5,8 @@ markers). The hidden message must hold no size, shape dimension, stride, block s
 nothing the learner's code returned (it can encode the inputs: a marker string, a value equal to a size); it must
 still name the kind of case and the likely cause. The visible message keeps its numbers.
 
-The same path through the real judge and runner: tests/submissions/01_vector_add/wrong_only_on_hidden_ragged_size.py
-and 04_benchmarking/wrong_rates_encode_inputs.py, judged by test_verdicts.
+Through the real judge and runner (slow): tests/test_hidden_messages_judged.py, and test_verdicts' fixtures
+01_vector_add/wrong_only_on_hidden_ragged_size.py and 04_benchmarking/wrong_rates_encode_inputs.py.
 """
 from __future__ import annotations
 
@@ -256,6 +256,34 @@ def test_programs_per_sm_quotes_no_input(judged):
     assert "registers=" not in hidden and not re.search(r"\d{3}", hidden), hidden
 
 
+@triton.jit
+def k_tail_assumed(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Row-major tiles (GROUP_M = 1's grouped order); the K loop assumes that BLOCK_K divides K (k unmasked)."""
+    pid, num_pid_n = tl.program_id(0), tl.cdiv(N, BLOCK_N)
+    offs_m = (pid // num_pid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = (pid % num_pid_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_idx = k * BLOCK_K + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + k_idx[None, :] * stride_ak, mask=offs_m[:, None] < M)
+        b = tl.load(b_ptr + k_idx[:, None] * stride_bk + offs_n[None, :] * stride_bn, mask=offs_n[None, :] < N)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, tl.maximum(acc, 0.0).to(tl.float16),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def test_autotuned_matmul(judged):
+    from tritoncourse.checks.autotuning import check_autotuned_matmul_relu
+
+    visible, hidden = judged(lambda: check_autotuned_matmul_relu(
+        k_tail_assumed, M=17, N=70, K=33, block_m=16, block_n=32, block_k=32, group_m=1, transpose_b=True, seed=SEED))
+    assert "M=17, N=70, K=33" in visible and "K = 33 is not a multiple of BLOCK_K = 32" in visible, visible
+    assert "a hidden case: M and N not multiples of the tiles" in hidden and "B transposed" in hidden, hidden
+    assert "K is not a multiple of BLOCK_K" in hidden, hidden
+    _absent(hidden, 17, 70, 33, 32, 16, 3, SEED)
+
+
 # ------------------------------------------------------------------------------------------------ phase 6
 @triton.jit
 def mean_over_block(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, stride_x_row, stride_y_row, n_cols, eps,
@@ -309,72 +337,3 @@ def test_attention_diagnosis(judged, mistake, visible_says, hidden_says):
     assert visible_says in visible, visible
     assert hidden_says in hidden, hidden
     _absent(hidden, 209, 128, 16, 32)
-
-
-# ------------------------------------------------------------------------------------ through the grader's path
-@pytest.fixture(scope="module")
-def graded():
-    """A grading sandbox and, on the CPU, its zygote (a GPU's runner is a process of its own), for the slow tests."""
-    from tritoncourse.device import infer_device
-    from tritoncourse.grading import sandbox
-    from tritoncourse.grading.isolated import _Zygote
-
-    assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
-    box = sandbox.Sandbox("hidden-messages")
-    zygote = _Zygote(box) if infer_device() == "cpu" else None
-    yield box, zygote
-    if zygote is not None:
-        zygote.close()
-    box.close()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("assignment, name, test, says, leaks", [
-    ("01_vector_add", "wrong_only_on_hidden_ragged_size", "test_vector_add_ragged_sizes",
-     "Wrong values (a hidden case: a size that is not a multiple of BLOCK_SIZE", (9973, 9972, 128, 9856, 117)),
-    ("04_benchmarking", "wrong_rates_encode_inputs", "test_gbps_units", "`gbps(...)` is a str, not a number",
-     ("SIZES",)),
-])
-def test_a_submission_wrong_only_on_hidden_cases_is_told_without_them(graded, assignment, name, test, says, leaks):
-    """The fixture's first failing test through run_cell (the judge outside, the runner in a grading sandbox): it
-    fails on a hidden case, and the report names the kind of case (or of value) and the cause, and nothing of that
-    case: none of ``leaks``, no other number of four digits or more than the seed."""
-    import nbformat
-
-    from course import ROOT, SUBMISSIONS, Fixture
-    from tritoncourse.grading.isolated import run_cell
-    from tritoncourse.grading.source import kernels_from_notebook
-
-    box, zygote = graded
-    source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
-    release = nbformat.read(ROOT / "release" / assignment / f"{assignment}.ipynb", as_version=4)
-    fixture = Fixture.load(SUBMISSIONS / assignment / f"{name}.py")
-    kernels, plain = kernels_from_notebook(fixture.notebook(release, source))
-    cell = next(c.source for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == test)
-    report = run_cell(cell, kernels, plain, seed=SEED, sandbox=box, zygote=zygote).report()
-    assert fixture.expect_message.lower() in report.lower() and says in report and "Likely cause:" in report, report
-    _absent(report, *leaks)
-    assert not re.search(r"\d{4,}", report.replace(str(SEED), "")), report
-
-
-# A learner's function whose reply is sized by its input: the judge refuses it (rpc's bounds), and its message on a
-# hidden case names no byte count (the runner chooses it, so it can spell the hidden size).
-SIZED_REPLY = "def f(x):\n    return [0.5] * (x.numel() * 10)\n"
-SIZED_TEST = ('"""A reply sized by its input."""\nimport torch\nfrom tritoncourse.checks.common.functions import call\n\n'
-              'call(f, "f", torch.zeros(7))\n{hidden}call(f, "f", torch.zeros(100003))\n{end}')
-
-
-@pytest.mark.slow
-def test_a_reply_sized_by_a_hidden_input_is_refused_without_its_size(graded):
-    from tritoncourse.grading.isolated import Assembly, run_test
-
-    box, zygote = graded
-    runs = {where: run_test(SIZED_TEST.format(hidden=marks[0], end=marks[1]), Assembly(SIZED_REPLY, ["f"], []),
-                            timeout=60, seed=SEED, sandbox=box, zygote=zygote)
-            for where, marks in (("visible", ("", "")),
-                                 ("hidden", ("### BEGIN HIDDEN TESTS\n", "### END HIDDEN TESTS\n")))}
-    visible, hidden = runs["visible"], runs["hidden"]
-    assert not visible.ok and re.search(r"sent \d+ bytes", visible.message), visible.report()
-    assert not hidden.ok and "on a hidden case of this test" in hidden.message, hidden.report()
-    assert "Likely cause: a value far larger than the test needs" in hidden.message, hidden.report()
-    assert not re.search(r"\d{3}", hidden.message), hidden.report()
