@@ -40,6 +40,7 @@ import socketserver
 import struct
 import sys
 import threading
+import time
 
 SOCKET = "hand-in.sock"  # in the exchange's root
 MAX_FILES = 200
@@ -303,7 +304,18 @@ def main(argv: list[str]) -> None:
     path = os.path.join(s["exchange"], SOCKET)
     server = Server(path, exchange)
     log(f"hand-ins of {s['course_id']} on {path}")
+    threading.Thread(target=_stop_with_the_hub, args=(server, os.getppid()), daemon=True).start()
     server.serve_forever()
+    log("the hub is gone: hand-ins stopped")
+
+
+def _stop_with_the_hub(server: Server, hub: int) -> None:
+    """Stop serving once the hub that started this service is gone (this process then has another parent). The hub
+    stops its managed services when it stops, but a hub killed outright (SIGKILL, a crash) would leave this one, a
+    root process in a session of its own, serving hand-ins for a hub that no longer exists."""
+    while os.getppid() == hub:
+        time.sleep(1)
+    server.shutdown()
 
 
 if __name__ == "__main__":
