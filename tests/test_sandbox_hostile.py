@@ -5,7 +5,9 @@ correct learners, once by plain `nbgrader autograde` and once by `python -m trit
 copy of its own, with its own copy of the package, so that nothing here can touch this checkout (those the lint
 refuses by plain nbgrader only, those the sandbox's kernel-enforced bounds contain by `course grade` only:
 KERNEL_BOUNDED; tests/hostile_class.py). Then: each loses only its own points, the course is unchanged, no output
-shows a hidden test or another learner's work, nothing is left running, grading ends in time.
+shows a hidden test or another learner's work, nothing is left running, grading ends in time. Issue 42's learners
+(the grader's own plumbing: the notebook kernel's socket links, a crash on a hidden case, a huge value for the judge,
+a decoy for the lint) have tests of their own below.
 
 Finally grading refuses to run without bubblewrap, naming the command that installs it, unless opted out.
 The sandbox's unit tests: tests/test_sandbox_isolation.py, test_sandbox_bounds.py, test_sandbox_cgroups.py.
@@ -35,7 +37,10 @@ from tritoncourse.grading.sandbox import INSTALL_COMMAND, OPT_OUT_ENV, OPT_OUT_V
 def template(tmp_path_factory) -> Path:
     """A generated course with its own copy of the package (graded code never touches this checkout)."""
     course = Course(tmp_path_factory.mktemp("sandbox-template") / "course", [A], scaled_down=True)
-    shutil.copytree(ROOT / "tritoncourse", course.path / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
+    # TRITONCOURSE_HOSTILE_PACKAGE=/tmp/prefix/tritoncourse grades the class with another package (a checkout from
+    # before a fix: the attack must succeed there)
+    package = Path(os.environ.get("TRITONCOURSE_HOSTILE_PACKAGE") or ROOT / "tritoncourse")
+    shutil.copytree(package, course.path / "tritoncourse", ignore=shutil.ignore_patterns("__pycache__"))
     return course.path
 
 
@@ -68,7 +73,12 @@ CONTAINED = {"hostile_patch_course_files": "patch_course_files: 0 changed",
              "hostile_kill_everything": "DeadKernelError",
              "hostile_symlinks": "symlinks: 0 read",
              # refused as it arrives (ResilientExecute.message_limit): the grader does not grow by the message
-             "hostile_huge_output": "OutputTooLarge"}
+             "hostile_huge_output": "OutputTooLarge",
+             # issue 42's: what each must be told (the other checks: tests below)
+             "hostile_socket_links": "KernelConnectionLost",
+             "hostile_prints_hidden_then_crashes": "on a hidden case of this test",
+             "hostile_judge_memory": "Your kernels' process sent",
+             "hostile_decoy_torch": "`torch` is a name the grader provides (the module torch); rename your variable"}
 
 
 @pytest.mark.slow
@@ -173,6 +183,65 @@ def test_grading_ends_in_time_and_logs_show_no_secret(hostile, kind):
     assert not hostile.leaks(hostile.logs(kind))
     fb = hostile.feedback[kind]
     assert fb.returncode == 0, fb.stdout[-3000:] + fb.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------ issue 42: the grader's own plumbing
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", GRADERS)
+def test_the_grader_never_connects_where_a_notebooks_kernel_points_it(hostile, kind):
+    """hostile_socket_links: its kernel's five socket files linked to a Unix socket this test listens on outside the
+    sandbox, a stop of 2 s (the heartbeat), two dropped channels: the grader never connected there (before, with the
+    package of 7dbe71d: 131 connections under plain nbgrader, 133 under course grade), the kernel was not given up
+    while stopped, and the notebook was stopped at the cell that lost a channel, its kernel tests graded outside
+    (full marks: the generic test)."""
+    name = "hostile_socket_links"
+    if ONLY_HOSTILE and name not in ONLY_HOSTILE:
+        pytest.skip("not in TRITONCOURSE_HOSTILE_FIXTURES")
+    assert hostile.unix[kind].connections == 0, f"the grader connected {hostile.unix[kind].connections} times"
+    outputs = hostile.outputs(kind, name, tests=False)
+    assert "resumed" in outputs and "KernelConnectionLost" in outputs, outputs[-3000:]
+    assert "NOT-STOPPED" not in outputs, "the notebook went on after a channel was lost"
+
+
+def _feedback_text(course: Path, student: str) -> str:
+    from tritoncourse.classroom.feedback import html_text
+
+    pages = sorted((course / "feedback" / student).rglob("*.html"))
+    assert pages, f"no feedback for {student}"
+    return "\n".join(html_text(p) for p in pages)
+
+
+@pytest.mark.slow
+def test_a_crash_on_a_hidden_case_is_told_without_its_inputs(hostile):
+    """hostile_prints_hidden_then_crashes (course grade): its feedback says it crashed on a hidden case and names
+    the seed, and quotes neither what its kernel printed nor the case's size (before: '... (n_elements=9973,
+    BLOCK_SIZE=128, float32, seed ...) ... Last output: SEENSIZE [1000] ... SEENSIZE [9973]'). nbgrader's gradebook
+    holds no outputs (before and after alike: nothing to check there)."""
+    name = "hostile_prints_hidden_then_crashes"
+    if ONLY_HOSTILE and name not in ONLY_HOSTILE:
+        pytest.skip("not in TRITONCOURSE_HOSTILE_FIXTURES")
+    course = hostile.courses["course_grade"].path
+    text = _feedback_text(course, name)
+    assert "on a hidden case of this test" in text and "seed" in text, text[-3000:]
+    # (its own "Try it" cell prints SEENSIZE with a size of its choosing: its output, shown as it should be)
+    for leak in ("9973", "Last output"):
+        assert leak not in text, (leak, text[-3000:])
+
+
+@pytest.mark.slow
+def test_a_huge_value_for_the_judge_fails_its_tests_in_bounded_time(hostile):
+    """hostile_judge_memory (course grade): a lint-clean value of a million floats that its kernel names fails every
+    test with the judge's bound (the generic test; before, each judge decoded and held it, ~460 MB, and every test
+    passed), and the refusal costs no wait: its grading within twice a correct learner's (before: 22 s against 11;
+    after: 43 against 27, under other sessions' load)."""
+    name = "hostile_judge_memory"
+    if ONLY_HOSTILE and name not in ONLY_HOSTILE:
+        pytest.skip("not in TRITONCOURSE_HOSTILE_FIXTURES")
+    state = json.loads((hostile.courses["course_grade"].path / "autograded" / ".classroom" / "state.json").read_text())
+    seconds = {s: state["entries"][f"{A}/{s}"]["seconds"] for s in (name, "aaa_before", "zzz_after")}
+    print(f"seconds of grading: {seconds}")
+    assert seconds[name] < 2 * max(seconds["aaa_before"], seconds["zzz_after"]) + 10, seconds
 
 
 # ------------------------------------------------------------------------------------------ no sandbox, no grading
