@@ -191,6 +191,7 @@ class Hub:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        self._stop_left_proxy()
         for user in self.made_users:
             try:
                 pwd.getpwnam(user)
@@ -201,6 +202,20 @@ class Hub:
                 time.sleep(0.2)  # killed ones: gone before userdel
             subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
         subprocess.run(["groupdel", self.prefix], check=False, capture_output=True)
+
+    def _stop_left_proxy(self) -> None:
+        """The proxy a hub killed outright left running (in a session of its own, so the hub's group signal missed
+        it): found by the pid file the hub writes (a hub that stopped cleanly removed it), killed only if it is a
+        configurable-http-proxy. (The exchange's hand-in service stops by itself once its hub is gone.)"""
+        pid_file = self.state / "jupyterhub-proxy.pid"
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return
+        if b"configurable-http-proxy" in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def pids_of(self, user: str) -> list[int]:
         out = subprocess.run(["pgrep", "-u", user], capture_output=True, text=True).stdout
