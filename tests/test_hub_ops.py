@@ -186,7 +186,9 @@ def test_backup_copies_the_gradebook_while_it_is_written_and_keeps_links_as_link
 def test_make_hub_checks_the_python_before_anything_else(tmp_path):
     """`make hub`'s first step is python-check on $(PYTHON) alone (not .venv's), with the hub's advice; an interpreter
     older than 3.11.5 stops it there (a stand-in that reports 3.11.2, as Debian 12's python3)."""
-    steps = subprocess.run(["make", "-n", "hub"], cwd=ROOT, capture_output=True, text=True).stdout.splitlines()
+    # --no-print-directory: under `make test` (MAKELEVEL=1) make would print "Entering directory" first
+    steps = subprocess.run(["make", "--no-print-directory", "-n", "hub"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.splitlines()
     assert "python-check PY=/nonexistent PYTHON_FOR=hub" in steps[0], steps[:3]
     assert any("system-deps.sh hub" in s for s in steps[1:]) and any("tritonhub.py setup" in s for s in steps[1:])
     old = tmp_path / "python3"
