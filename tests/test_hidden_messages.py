@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from tritoncourse.checking import KernelCheckError
-from tritoncourse.grading import hidden_cases
+from tritoncourse.grading.judge import hidden_cases
 
 SEED = 4242
 CELL = "probe()\n### BEGIN HIDDEN TESTS\nprobe()\n### END HIDDEN TESTS\n"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .grading.hidden_cases import in_hidden_case, scrub, stage_text
+from .grading.judge.hidden_cases import in_hidden_case, scrub, stage_text
 from .seeds import fresh_seed  # noqa: F401  (the checks' seeds; the grader imports it from seeds.py, without torch)
 from .tolerances import DEFAULT as TOLERANCES  # compare's defaults by dtype: (atol, rtol, why)
 

@@ -145,7 +145,7 @@ def grade_privately(work: Path, private: PrivateCourse, argv: list[str], log: Pa
     """Lay out ``work``, run ``python ARGV`` (nbgrader autograde) there with its output in ``log``, and kill it with
     everything it started past ``timeout`` seconds. ``launcher``: arguments put between the interpreter and ARGV
     (a Dask worker's die-with-parent wrapper). None when ``running`` was stopped before it started."""
-    from ..grading.zygote_server import shared_judge_env
+    from ..grading.processes.zygote_server import shared_judge_env
 
     lay_out(work, private)
     env = shared_judge_env(nbgrader_env() if env is None else env)

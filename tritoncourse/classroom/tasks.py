@@ -27,7 +27,7 @@ class Task:
 
     def submission(self) -> dict[str, Path | bytes]:
         """What the private copy's submitted/<student>/<assignment>/ holds: the files, and the placeholders."""
-        from ..grading.links import refused_notebook
+        from ..grading.autograde.links import refused_notebook
 
         return {**self.files, **{name: refused_notebook(reason) for name, reason in self.refused.items()}}
 
@@ -49,7 +49,7 @@ class RunResult:
 def prepare(course: Course, assignment: str, student: str, notebooks: list[str]) -> Task:
     """What to grade for one learner: the submitted files, a renamed notebook put under its expected name.
     CourseError when nothing gradable is there (empty folder, empty file, not a notebook)."""
-    from ..grading.links import refusal
+    from ..grading.autograde.links import refusal
 
     folder = course.submitted / student / assignment
     notes = []

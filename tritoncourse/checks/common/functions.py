@@ -24,7 +24,7 @@ REL = 1e-6  # relative tolerance for the learner's arithmetic (it is exact up to
 # ------------------------------------------------------------------------------- calling plain functions
 def require_function(fn, name: str) -> None:
     """Fail unless ``fn`` is a plain Python function; give it the modules graded functions may use."""
-    from ...grading.rpc import RemoteFunction
+    from ...grading.channel.rpc import RemoteFunction
 
     if isinstance(fn, RemoteFunction):  # the learner's function, in the runner process (which has the modules)
         return

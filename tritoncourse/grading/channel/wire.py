@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checking import Fenced
+from ...checking import Fenced
 
 HEADER_LIMIT = 64 << 20  # bytes of JSON in one message
 BLOB_LIMIT = 8 << 30  # bytes of storages in one message

@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent  # tritoncourse/
+PACKAGE = Path(__file__).resolve().parent.parent.parent  # tritoncourse/
 OPT_OUT_ENV = "TRITONCOURSE_UNSANDBOXED_GRADING"
 OPT_OUT_VALUE = "i-accept-that-learners-can-forge-grades"
 INSTALL_COMMAND = "sudo apt-get install -y bubblewrap"

@@ -60,14 +60,14 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .sandbox_argv import SandboxCommandLine, _processes_of
-from .sandbox_cgroups import (CGROUP_ENV, NEST_LEAF, WANTED, _Cgroups, _cgroup_plan, _LAUNCHER, _mountinfo, _nest,
-                              _own_cgroups)
-from .sandbox_config import (INSTALL_COMMAND, OPT_OUT_ENV, OPT_OUT_VALUE, PACKAGE, PASS_ENV, TMPFS_ENV,
-                             UID_BASE, SandboxUnavailable, _gpu_devices, _is_root, bwrap_path, opted_out,
-                             python_path_dirs, sandbox_env)
-from .sandbox_host import OWNER_FILE, _identity, _mount_tmpfs, _release, _sweep_stale, _unmount
-from .sandbox_limits import Limits, SandboxLimits
+from .argv import SandboxCommandLine, _processes_of
+from .cgroups import (CGROUP_ENV, NEST_LEAF, WANTED, _Cgroups, _cgroup_plan, _LAUNCHER, _mountinfo, _nest,
+                      _own_cgroups)
+from .config import (INSTALL_COMMAND, OPT_OUT_ENV, OPT_OUT_VALUE, PACKAGE, PASS_ENV, TMPFS_ENV,
+                     UID_BASE, SandboxUnavailable, _gpu_devices, _is_root, bwrap_path, opted_out,
+                     python_path_dirs, sandbox_env)
+from .host import OWNER_FILE, _identity, _mount_tmpfs, _release, _sweep_stale, _unmount
+from .limits import Limits, SandboxLimits
 
 # The sandbox's names, by which the grader, the tests and the tools use them (most defined in the modules above).
 __all__ = ["Sandbox", "Limits", "SandboxUnavailable", "problem", "status", "require", "opted_out", "bwrap_path",
