@@ -31,7 +31,7 @@ c.CourseDirectory.course_id = "triton-kernels"
 c.CourseDirectory.db_url = (os.environ.get("TRITONCOURSE_DB_URL")
                             or "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db"))
 
-# Grading sandbox (tritoncourse/grading/sandbox.py, docs/INSTRUCTORS.md "Threat model"): the notebook's kernel and
+# Grading sandbox (tritoncourse/grading/sandbox/, docs/INSTRUCTORS.md "Threat model"): the notebook's kernel and
 # every checking process run inside bubblewrap; without it autograde refuses to grade (sudo apt-get install -y
 # bubblewrap), unless TRITONCOURSE_UNSANDBOXED_GRADING=i-accept-that-learners-can-forge-grades is set.
 

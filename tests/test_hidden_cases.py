@@ -1,4 +1,4 @@
-"""Hidden inputs never leak through a crash or a failure (grading/hidden_cases.py, issue 42): what a learner is told
+"""Hidden inputs never leak through a crash or a failure (grading/judge/hidden_cases.py, issue 42): what a learner is told
 about a test never quotes the learner's own output or error text from a hidden case, and never says what a hidden
 case that crashed ran on; it says so in words and names the seed.
 

@@ -1,4 +1,4 @@
-"""The grading sandbox's environment is an allow-list of names (sandbox_config.PASS_ENV), never a prefix: the
+"""The grading sandbox's environment is an allow-list of names (sandbox.config.PASS_ENV), never a prefix: the
 grader's secrets (the gradebook's URL with its password, the judge zygote's socket, the hub's and any other token,
 every other TRITONCOURSE_* or PYTORCH_* variable) never reach a process that runs learner code.
 

@@ -21,7 +21,7 @@ class Task:
     assignment_hash: str
     notes: list[str] = field(default_factory=list)
     attempt: int = 0
-    # notebook file name -> why it is refused (grading/links.py: a link, a second hard link): graded as a placeholder
+    # notebook file name -> why it is refused (grading/autograde/links.py: a link, a second hard link): graded as a placeholder
     # that fails every test with that reason, its target never read
     refused: dict[str, str] = field(default_factory=dict)
 
@@ -54,7 +54,7 @@ def prepare(course: Course, assignment: str, student: str, notebooks: list[str])
     folder = course.submitted / student / assignment
     notes = []
     refused: dict[str, str] = {}
-    # Links refused at the entry (grading/links.py): a linked student or assignment folder is refused whole, without
+    # Links refused at the entry (grading/autograde/links.py): a linked student or assignment folder is refused whole, without
     # reading what it points to; a notebook that is a link or has a second hard link is refused alone.
     whole = refusal(course.submitted, student, assignment, folder=True)
     if whole:

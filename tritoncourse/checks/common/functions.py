@@ -2,7 +2,7 @@
 calling it with every failure turned into a message that names the call and the learner's line, requiring a
 ValueError for bad input, and the comparisons and formats the function checks share.
 
-On a hidden case (grading/hidden_cases.py) :func:`_fmt` names a value's kind, never the value, and a call is
+On a hidden case (grading/judge/hidden_cases.py) :func:`_fmt` names a value's kind, never the value, and a call is
 shown as ``name(...)``: the arguments are the hidden case's inputs, and what the learner's function returned could
 encode them.
 """

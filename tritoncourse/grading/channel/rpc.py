@@ -13,7 +13,7 @@ the other side gets a :class:`Remote` proxy that forwards attribute reads, write
 After a call from the judge that carried tensors, the runner sends back the bytes of their storages, which the
 judge copies in place: a kernel launch writes the judge's own buffers, exactly where the kernel stored.
 
-This module holds :class:`Channel`; the bytes, framing and errors are rpc_wire.py's, the proxies rpc_proxies.py's
+This module holds :class:`Channel`; the bytes, framing and errors are channel/wire.py's, the proxies channel/proxies.py's
 (both re-exported here: the judge, the runner and the checks import them from rpc).
 """
 from __future__ import annotations

@@ -90,7 +90,7 @@ def _test_frames(err: BaseException, test_path: str) -> str:
 
 
 def _bounded(device: str):
-    """Bound this judge's memory and CPU time (sandbox_limits.JudgeLimits); past its CPU time the test fails, said
+    """Bound this judge's memory and CPU time (sandbox.limits.JudgeLimits); past its CPU time the test fails, said
     so. Its wall-clock time is the test's (isolated.py stops it at the test's time limit)."""
     import signal
 

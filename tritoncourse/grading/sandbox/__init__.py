@@ -1,4 +1,5 @@
 """The grading sandbox: every process that runs a learner's code during grading runs inside bubblewrap.
+Trust role: trusted, the walls around every learner process at grading; it imports nothing of the course.
 
     sandbox = Sandbox("02_softmax-alice")          # a private scratch folder, limits, a uid of its own
     subprocess.Popen(sandbox.argv([python, "-I", "runner.py", workdir]), ...)
@@ -37,9 +38,9 @@ Grading refuses to run without it (:func:`require`) unless the instructor sets t
 ``TRITONCOURSE_UNSANDBOXED_GRADING=i-accept-that-learners-can-forge-grades``.
 
 This module holds :class:`Sandbox` and the availability checks (:func:`problem`, :func:`status`, :func:`require`);
-its parts live beside it and are re-exported here: settings and host facts (sandbox_config.py), the command line
-(sandbox_argv.py), limits and the watchdog (sandbox_limits.py), cgroups v1/v2 (sandbox_cgroups.py), the tmpfs, owner
-records and clean-up (sandbox_host.py).
+its parts live beside it and are re-exported here: settings and host facts (sandbox/config.py), the command line
+(sandbox/argv.py), limits and the watchdog (sandbox/limits.py), cgroups v1/v2 (sandbox/cgroups.py), the tmpfs, owner
+records and clean-up (sandbox/host.py).
 """
 from __future__ import annotations
 
