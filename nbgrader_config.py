@@ -13,14 +13,14 @@ from nbgrader.preprocessors import OverwriteCells  # noqa: E402
 # which would run learners' code unsandboxed with in-kernel verdicts: if the import fails, the steps are named
 # by their dotted paths instead, so that autograde itself fails loudly on the same import.
 try:
-    from tritoncourse.grading.nbgrader_plugin import (IsolatedKernelTests, ResilientExecute,  # noqa: E402
-                                                      RestoreDeletedCells)
+    from tritoncourse.grading.autograde.nbgrader_plugin import (IsolatedKernelTests, ResilientExecute,  # noqa: E402
+                                                                RestoreDeletedCells)
 except Exception as _err:  # pragma: no cover
     print(f"nbgrader_config.py: the course's grading steps are not importable ({_err!r}); autograde will fail "
           "rather than grade unsandboxed.", file=sys.stderr)
-    IsolatedKernelTests = "tritoncourse.grading.nbgrader_plugin.IsolatedKernelTests"
-    ResilientExecute = "tritoncourse.grading.nbgrader_plugin.ResilientExecute"
-    RestoreDeletedCells = "tritoncourse.grading.nbgrader_plugin.RestoreDeletedCells"
+    IsolatedKernelTests = "tritoncourse.grading.autograde.nbgrader_plugin.IsolatedKernelTests"
+    ResilientExecute = "tritoncourse.grading.autograde.nbgrader_plugin.ResilientExecute"
+    RestoreDeletedCells = "tritoncourse.grading.autograde.nbgrader_plugin.RestoreDeletedCells"
 
 c = get_config()  # noqa: F821
 
@@ -31,7 +31,7 @@ c.CourseDirectory.course_id = "triton-kernels"
 c.CourseDirectory.db_url = (os.environ.get("TRITONCOURSE_DB_URL")
                             or "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db"))
 
-# Grading sandbox (tritoncourse/grading/sandbox.py, docs/INSTRUCTORS.md "Threat model"): the notebook's kernel and
+# Grading sandbox (tritoncourse/grading/sandbox/, docs/INSTRUCTORS.md "Threat model"): the notebook's kernel and
 # every checking process run inside bubblewrap; without it autograde refuses to grade (sudo apt-get install -y
 # bubblewrap), unless TRITONCOURSE_UNSANDBOXED_GRADING=i-accept-that-learners-can-forge-grades is set.
 
@@ -91,7 +91,7 @@ c.ZipCollectApp.strict = True  # a notebook whose name is not the assignment's i
 # restore every cell's metadata from the gradebook first. Guarded: a mistake here must never cost the
 # steps configured above (nbgrader only logs a failing config file, then grades with its defaults).
 try:
-    from tritoncourse.grading.nbgrader_plugin import RestoreCellMetadata  # noqa: E402
+    from tritoncourse.grading.autograde.nbgrader_plugin import RestoreCellMetadata  # noqa: E402
 
     _sanitize = [p for p in c.Autograde.sanitize_preprocessors if p is not RestoreCellMetadata]
     _sanitize.insert(1 if _sanitize and _sanitize[0].__name__ == "ClearOutput" else 0, RestoreCellMetadata)

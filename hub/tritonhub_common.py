@@ -42,7 +42,7 @@ class Settings:
     hub_ip: str = ""  # the hub's address on that network (empty: the network's gateway, asked when the hub starts)
     # Each learner's server (0: no limit): its control groups (local processes: hub/tritonhub_limits.py) or its
     # container (DockerSpawner). Memory: all its processes together (no swap beyond it), as the grading sandbox
-    # allows one process (tritoncourse/grading/sandbox_limits.py); CPU: the CPUs' worth of time its processes share
+    # allows one process (tritoncourse/grading/sandbox/limits.py); CPU: the CPUs' worth of time its processes share
     # (a CFS quota); processes: tasks (processes and threads) at once (pids cgroup). The instructor's has none.
     mem_limit: str = "6G"
     cpu_limit: float = 2.0

@@ -28,7 +28,7 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Float, Integer, Set
 
-from tritoncourse.grading.sandbox_cgroups import _Cgroups, _group_dir, _mountinfo, _own_cgroups
+from tritoncourse.grading.sandbox.cgroups import _Cgroups, _group_dir, _mountinfo, _own_cgroups
 
 CONTROLLERS = ("memory", "cpu", "pids")
 PARENT = "tritonhub-learners"  # the learners' groups' folder, below the hub's own group

@@ -123,9 +123,9 @@ class Course:
 
     def autograde(self, assignment: str, *flags: str, check: bool = False) -> subprocess.CompletedProcess:
         """Plain ``nbgrader autograde`` of the course. Its judges are forked by this test process's shared judge
-        zygote (tritoncourse/grading/zygote_server.py, as `course grade` shares one among its gradings): the
+        zygote (tritoncourse/grading/processes/zygote_server.py, as `course grade` shares one among its gradings): the
         nbgrader runs of one pytest worker (test_grading's shards of every phase) start one, not one each."""
-        from tritoncourse.grading.zygote_server import shared_judge_env
+        from tritoncourse.grading.processes.zygote_server import shared_judge_env
 
         return nbgrader("autograde", assignment, "--force", *flags, cwd=self.path, check=check,
                         env=shared_judge_env(os.environ))

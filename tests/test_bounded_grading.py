@@ -22,8 +22,8 @@ import pytest
 import zmq
 from nbformat.v4 import new_code_cell, new_notebook
 
-from tritoncourse.grading import nbgrader_plugin
-from tritoncourse.grading.nbgrader_plugin import ResilientExecute
+from tritoncourse.grading.autograde import nbgrader_plugin
+from tritoncourse.grading.autograde.nbgrader_plugin import ResilientExecute
 
 MB = 1 << 20
 
@@ -236,7 +236,7 @@ def test_plain_nbgrader_run_stops_at_its_bound():
         import sys, time
         sys.argv[0] = "nbgrader"  # as the nbgrader command runs it
         from nbformat.v4 import new_code_cell, new_notebook
-        from tritoncourse.grading.nbgrader_plugin import ResilientExecute
+        from tritoncourse.grading.autograde.nbgrader_plugin import ResilientExecute
         nb = new_notebook(cells=[new_code_cell("import time\\nwhile True:\\n    time.sleep(0.1)")])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         ex = ResilientExecute(timeout=600, run_timeout=int(sys.argv[1]))

@@ -15,8 +15,8 @@ import triton
 
 from course import ROOT, fixtures
 from tritoncourse.checking import KernelCheckError
-from tritoncourse.grading.isolated import PROVIDED, parse_cell
-from tritoncourse.grading.source import _kernels_in_text, assemble, kernels_from_notebook
+from tritoncourse.grading.processes.isolated import PROVIDED, parse_cell
+from tritoncourse.grading.lint.source import _kernels_in_text, assemble, kernels_from_notebook
 
 ASSIGNMENT = "04_benchmarking"
 NOTEBOOK = ROOT / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"

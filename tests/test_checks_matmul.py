@@ -12,8 +12,8 @@ import torch
 from course import ROOT, notebook_calls
 from tritoncourse.checking import KernelCheckError
 from tritoncourse.checks import matmul_relu as mr
-from tritoncourse.grading.isolated import KERNEL_HEADER
-from tritoncourse.grading.source import kernels_from_notebook
+from tritoncourse.grading.processes.isolated import KERNEL_HEADER
+from tritoncourse.grading.lint.source import kernels_from_notebook
 
 NOTEBOOK = ROOT / "source" / "03_matmul_relu" / "03_matmul_relu.ipynb"
 

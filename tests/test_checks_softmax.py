@@ -19,8 +19,8 @@ from course import ROOT, fixtures
 from tritoncourse.checking import KernelCheckError
 from tritoncourse.checks.softmax import (UNWRITTEN, Rows, check_online_softmax, check_softmax,
                                          check_softmax_backward, softmax_backward_ref)
-from tritoncourse.grading.isolated import KERNEL_HEADER, PROVIDED, parse_cell
-from tritoncourse.grading.source import assemble, kernels_from_notebook
+from tritoncourse.grading.processes.isolated import KERNEL_HEADER, PROVIDED, parse_cell
+from tritoncourse.grading.lint.source import assemble, kernels_from_notebook
 
 matplotlib.use("Agg")
 ASSIGNMENT = "02_softmax"

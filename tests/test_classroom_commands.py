@@ -292,8 +292,8 @@ def _sanitize(c: Course, nb):
     from traitlets.config import Config
 
     from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec
-    from tritoncourse.grading.nbgrader_plugin import RestoreCellMetadata
-    from tritoncourse.grading.nbgrader_plugin import RestoreDeletedCells
+    from tritoncourse.grading.autograde.nbgrader_plugin import RestoreCellMetadata
+    from tritoncourse.grading.autograde.nbgrader_plugin import RestoreDeletedCells
 
     res = {"nbgrader": {"notebook": A, "assignment": A, "student": "x",
                         "db_url": f"sqlite:///{c.path / 'gradebook.db'}"}}

@@ -44,7 +44,7 @@ def test_handout_has_no_solutions_hidden_tests_or_gradebook(tmp_path):
     assert make_handout(Classroom(ROOT), tmp_path / "handout") == 0
     files = [p for p in (tmp_path / "handout").rglob("*") if p.is_file()]
     names = {str(p.relative_to(tmp_path / "handout")) for p in files}
-    assert f"release/{A}/{A}.ipynb" in names and "tritoncourse/grading/isolated.py" in names
+    assert f"release/{A}/{A}.ipynb" in names and "tritoncourse/grading/processes/isolated.py" in names
     assert not any(n.startswith(("source/", "tests/")) or n.endswith(".db") for n in names)
     # The check itself: a release notebook with a hidden test line or a solution is refused.
     leaky = tmp_path / "leaky" / f"{A}.ipynb"

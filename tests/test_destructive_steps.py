@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
-from tritoncourse.grading.nbgrader_plugin import ResilientExecute
+from tritoncourse.grading.autograde.nbgrader_plugin import ResilientExecute
 
 A = "01_vector_add"
 

@@ -18,9 +18,10 @@ from nbclient.exceptions import DeadKernelError
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from nbgrader.preprocessors import Execute
 
-from tritoncourse.grading import isolated, nbgrader_plugin
-from tritoncourse.grading.isolated import Outcome
-from tritoncourse.grading.nbgrader_plugin import IsolatedKernelTests, ResilientExecute
+from tritoncourse.grading.processes import isolated, zygote_client
+from tritoncourse.grading.autograde import nbgrader_plugin
+from tritoncourse.grading.processes.isolated import Outcome
+from tritoncourse.grading.autograde.nbgrader_plugin import IsolatedKernelTests, ResilientExecute
 
 KERNEL = '''@triton.jit
 def triton_double_kernel(x_ptr, n, BLOCK: tl.constexpr):
@@ -210,7 +211,7 @@ def test_a_passing_judge_is_not_overruled_by_a_runner_exit_code(monkeypatch):
 def test_a_zygote_that_talks_nonsense_is_given_up():
     """A zygote whose replies cannot be read is stopped and counts as dead at once: no test waits for its
     time limit, and run_test falls back to a fresh process."""
-    zygote = object.__new__(isolated._Zygote)  # its state, around a stand-in process
+    zygote = object.__new__(zygote_client._Zygote)  # its state, around a stand-in process
     zygote.proc = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     zygote.lock = threading.Lock()
     zygote.changed = threading.Condition(zygote.lock)
@@ -285,7 +286,7 @@ def test_a_kernel_that_never_starts_keeps_the_notebook(monkeypatch, tmp_path):
 INJECTION = '''
 # Test-only faults (tests/test_grader_errors.py): a bug in one test's grading, and a notebook whose kernels
 # cannot be taken.
-import tritoncourse.grading.nbgrader_plugin as _plugin
+import tritoncourse.grading.autograde.nbgrader_plugin as _plugin
 
 _real_run_cell, _real_kernels = _plugin.run_cell, _plugin.kernels_from_notebook
 

@@ -25,8 +25,8 @@ import pytest
 
 from conftest import DEVICE
 from tritoncourse.grading import sandbox
-from tritoncourse.grading.isolated import Assembly, run_test
-from tritoncourse.grading.zygote_client import _Zygote
+from tritoncourse.grading.processes.isolated import Assembly, run_test
+from tritoncourse.grading.processes.zygote_client import _Zygote
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(DEVICE != "cpu", reason="runs the CPU interpreter's path"),

@@ -1,4 +1,4 @@
-"""Hidden inputs never leak through a crash or a failure (grading/hidden_cases.py, issue 42): what a learner is told
+"""Hidden inputs never leak through a crash or a failure (grading/judge/hidden_cases.py, issue 42): what a learner is told
 about a test never quotes the learner's own output or error text from a hidden case, and never says what a hidden
 case that crashed ran on; it says so in words and names the seed.
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from course import ROOT, SUBMISSIONS, Fixture
-from tritoncourse.grading import hidden_cases
-from tritoncourse.grading.hidden_cases import MARK, NOT_SHOWN, hidden_lines, read_stage, scrub
-from tritoncourse.grading.verdict import _outcome
+from tritoncourse.grading.judge import hidden_cases
+from tritoncourse.grading.judge.hidden_cases import MARK, NOT_SHOWN, hidden_lines, read_stage, scrub
+from tritoncourse.grading.judge.verdict import _outcome
 
 CELL = textwrap.dedent('''\
     """A test with a visible and a hidden part."""
@@ -130,7 +130,7 @@ def test_a_crash_quotes_the_output_only_before_any_hidden_case(tmp_path):
 
 def test_compute_sanitizers_report_is_quoted_only_before_any_hidden_case():
     """On a GPU (exit code 86): its own lines only, never the learner's output; none once a hidden case began."""
-    from tritoncourse.grading.verdict import _sanitizer_message
+    from tritoncourse.grading.judge.verdict import _sanitizer_message
 
     log = ("SIZES [100003]\n========= Invalid __global__ write of size 4 bytes\n=========     by thread (3,0,0) in "
            "block (781,0,0)\n========= ERROR SUMMARY: 100 errors\n")
@@ -149,7 +149,7 @@ def graded(tmp_path_factory):
     """A sandbox and, on the CPU, its zygote, as one notebook's checks get them."""
     from tritoncourse.device import infer_device
     from tritoncourse.grading import sandbox
-    from tritoncourse.grading.isolated import _Zygote
+    from tritoncourse.grading.processes.zygote_client import _Zygote
 
     assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
     box = sandbox.Sandbox("hidden-cases")
@@ -166,8 +166,8 @@ def test_a_kernel_that_prints_its_sizes_and_crashes_on_a_hidden_one_is_told_in_w
     crashed on a hidden case and names the seed, and nothing of its output or of that case's size is shown."""
     import nbformat
 
-    from tritoncourse.grading.isolated import run_cell
-    from tritoncourse.grading.source import kernels_from_notebook
+    from tritoncourse.grading.processes.isolated import run_cell
+    from tritoncourse.grading.lint.source import kernels_from_notebook
 
     box, zygote = graded
     source = nbformat.read(ROOT / "source" / "01_vector_add" / "01_vector_add.ipynb", as_version=4)
@@ -201,7 +201,7 @@ WRAPPED = ('"""Wrapped."""\nimport torch\nfrom tritoncourse.checking import Kern
 def test_a_learner_error_quoting_a_hidden_size_is_not_shown(graded, template):
     """The judge's error path (the learner's error raised straight through) and a check's message (quoting it):
     the text shown on a visible case, not on a hidden one."""
-    from tritoncourse.grading.isolated import Assembly, run_test
+    from tritoncourse.grading.processes.isolated import Assembly, run_test
 
     box, zygote = graded
     assembly = Assembly(RAISER, ["add"], [])

@@ -1,6 +1,6 @@
 """What a check says about a hidden case names none of its inputs (issue 42): for each phase, a wrong kernel or
 function run in this process on the same case twice, once as a visible and once as a hidden case of a judge's test
-cell (grading/hidden_cases.py's own mark: a frame of the judge's test_cell.py between nbgrader's hidden-test
+cell (grading/judge/hidden_cases.py's own mark: a frame of the judge's test_cell.py between nbgrader's hidden-test
 markers). The hidden message must hold no size, shape dimension, stride, block size, index or seed of the case, and
 nothing the learner's code returned (it can encode the inputs: a marker string, a value equal to a size); it must
 still name the kind of case and the likely cause. The visible message keeps its numbers.
@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from tritoncourse.checking import KernelCheckError
-from tritoncourse.grading import hidden_cases
+from tritoncourse.grading.judge import hidden_cases
 
 SEED = 4242
 CELL = "probe()\n### BEGIN HIDDEN TESTS\nprobe()\n### END HIDDEN TESTS\n"

@@ -21,7 +21,7 @@ def graded():
     """A grading sandbox and, on the CPU, its zygote (a GPU's runner is a process of its own), for the slow tests."""
     from tritoncourse.device import infer_device
     from tritoncourse.grading import sandbox
-    from tritoncourse.grading.isolated import _Zygote
+    from tritoncourse.grading.processes.zygote_client import _Zygote
 
     assert sandbox.problem() is None, f"the grading sandbox cannot run here: {sandbox.problem()}"
     box = sandbox.Sandbox("hidden-messages")
@@ -45,8 +45,8 @@ def test_a_submission_wrong_only_on_hidden_cases_is_told_without_them(graded, as
     import nbformat
 
     from course import ROOT, SUBMISSIONS, Fixture
-    from tritoncourse.grading.isolated import run_cell
-    from tritoncourse.grading.source import kernels_from_notebook
+    from tritoncourse.grading.processes.isolated import run_cell
+    from tritoncourse.grading.lint.source import kernels_from_notebook
 
     box, zygote = graded
     source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -68,7 +68,7 @@ SIZED_TEST = ('"""A reply sized by its input."""\nimport torch\nfrom tritoncours
 
 
 def test_a_reply_sized_by_a_hidden_input_is_refused_without_its_size(graded):
-    from tritoncourse.grading.isolated import Assembly, run_test
+    from tritoncourse.grading.processes.isolated import Assembly, run_test
 
     box, zygote = graded
     runs = {where: run_test(SIZED_TEST.format(hidden=marks[0], end=marks[1]), Assembly(SIZED_REPLY, ["f"], []),

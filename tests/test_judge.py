@@ -13,7 +13,7 @@ import pytest
 
 from conftest import DEVICE
 from tritoncourse.grading import sandbox
-from tritoncourse.grading.isolated import Assembly, run_test
+from tritoncourse.grading.processes.isolated import Assembly, run_test
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="runs the CPU interpreter's path")
 
@@ -130,7 +130,7 @@ def test_nonsense_on_the_channel_is_refused_at_once():
 
     import torch
 
-    from tritoncourse.grading.rpc import Channel, ProtocolError, send_message
+    from tritoncourse.grading.channel.rpc import Channel, ProtocolError, send_message
 
     for junk in (struct.pack(">I", 2**31) + b"x" * 10, struct.pack(">I", 5) + b"nope!"):
         a, b = sk.socketpair()
@@ -155,7 +155,7 @@ def test_the_judge_lends_the_runner_only_calls():
     of it can be read, so the runner cannot walk from a timer to the judge's modules."""
     import socket as sk
 
-    from tritoncourse.grading.rpc import Channel, Remote
+    from tritoncourse.grading.channel.rpc import Channel, Remote
 
     a, b = sk.socketpair()
     judge_side, runner_side = Channel(a, role="judge"), Channel(b, role="runner")

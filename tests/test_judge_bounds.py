@@ -23,8 +23,9 @@ import psutil
 import pytest
 
 from conftest import DEVICE
-from tritoncourse.grading import sandbox, zygote_client
-from tritoncourse.grading.isolated import Assembly, run_test
+from tritoncourse.grading import sandbox
+from tritoncourse.grading.processes import zygote_client
+from tritoncourse.grading.processes.isolated import Assembly, run_test
 
 # On a GPU the judge is a plain process (no zygote), its memory bounded by RLIMIT_DATA, the runner under
 # compute-sanitizer (slower to start: the wall-clock budgets below are longer there).
@@ -308,7 +309,7 @@ def _runner_says(header: dict, blobs=(), announce=None):
     """A judge's channel and what a runner sent on it (nothing read yet)."""
     import socket
 
-    from tritoncourse.grading.rpc import Channel
+    from tritoncourse.grading.channel.rpc import Channel
 
     a, b = socket.socketpair()
     data = _framed(header, blobs, announce)
@@ -322,7 +323,7 @@ def _runner_says(header: dict, blobs=(), announce=None):
 def test_a_view_far_larger_than_its_bytes_is_refused():
     """A tensor of 2**40 elements over a storage of 4 bytes (stride 0): whatever a check did with it would allocate
     terabytes. Refused as it is decoded."""
-    from tritoncourse.grading.rpc import LimitExceeded
+    from tritoncourse.grading.channel.rpc import LimitExceeded
 
     spec = {"storage": 0, "offset": 0, "shape": [1 << 40], "stride": [0], "dtype": "float32", "ref": 1}
     judge_side, peer = _runner_says({"body": {"value": {"$tensor": spec}},
@@ -337,7 +338,7 @@ def test_a_header_nested_too_deeply_is_refused():
     import socket
     import struct
 
-    from tritoncourse.grading.rpc import Channel, ProtocolError
+    from tritoncourse.grading.channel.rpc import Channel, ProtocolError
 
     a, b = socket.socketpair()
     data = b'{"body": {"value": ' + b"[" * 200_000 + b"]" * 200_000 + b"}}"
@@ -352,7 +353,7 @@ def test_what_was_announced_is_not_allocated_before_it_arrives():
     arrived (Python's allocations traced), not what was announced."""
     import tracemalloc
 
-    from tritoncourse.grading.rpc import ChannelClosed
+    from tritoncourse.grading.channel.rpc import ChannelClosed
 
     judge_side, peer = _runner_says({"body": {}, "storages": {}}, announce=[32 << 20])
     peer.sendall(b"x" * 1024)
@@ -370,8 +371,8 @@ def test_what_was_announced_is_not_allocated_before_it_arrives():
 def test_what_the_runner_made_is_bounded_over_the_test():
     """Tensors the runner makes (a callback's arguments, returned values) stay in the judge's ``received`` for the
     test: bounded in all (here 1 MB), not only per message."""
-    from tritoncourse.grading.rpc import Channel, LimitExceeded
-    from tritoncourse.grading.sandbox_limits import JudgeLimits
+    from tritoncourse.grading.channel.rpc import Channel, LimitExceeded
+    from tritoncourse.grading.sandbox.limits import JudgeLimits
 
     spec = {"storage": 0, "offset": 0, "shape": [150_000], "stride": [1], "dtype": "float32", "ref": 1}
     header = {"body": {"value": {"$tensor": spec}}, "storages": {"0": {"nbytes": 600_000, "device": "cpu",

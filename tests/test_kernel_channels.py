@@ -24,7 +24,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from tritoncourse.grading import sandbox
-from tritoncourse.grading.nbgrader_plugin import ResilientExecute
+from tritoncourse.grading.autograde.nbgrader_plugin import ResilientExecute
 
 pytestmark = pytest.mark.slow
 HOSTILE = Path(__file__).resolve().parent / "hostile" / "grader_paths" / "kernel_links.py"

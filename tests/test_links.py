@@ -1,4 +1,4 @@
-"""Links refused at every entry of grading, by both graders (issue 31, item 1; tritoncourse/grading/links.py).
+"""Links refused at every entry of grading, by both graders (issue 31, item 1; tritoncourse/grading/autograde/links.py).
 
 A submitted notebook that is a symbolic link (to source/'s notebook, to a classmate's), whose student or assignment
 folder is a link to a classmate's, or that is a second hard link to source/'s notebook, was graded as its target by

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from tritoncourse.grading.isolated import PROVIDED
-from tritoncourse.grading.source import assemble, kernels_from_notebook
-from tritoncourse.grading.whitelist import shadowing
+from tritoncourse.grading.processes.isolated import PROVIDED
+from tritoncourse.grading.lint.source import assemble, kernels_from_notebook
+from tritoncourse.grading.lint.whitelist import shadowing
 
 
 def _assemble(src: str, name: str):

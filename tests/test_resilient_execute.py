@@ -8,7 +8,7 @@ import time
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from tritoncourse.grading.nbgrader_plugin import ResilientExecute
+from tritoncourse.grading.autograde.nbgrader_plugin import ResilientExecute
 
 
 def _run(*sources: str):

@@ -17,9 +17,10 @@ from nbgrader.preprocessors import OverwriteCells
 from nbformat.v4 import new_code_cell
 
 from course import Course
-from tritoncourse.grading import isolated, restore
-from tritoncourse.grading.isolated import Outcome, is_kernel_test
-from tritoncourse.grading.nbgrader_plugin import IsolatedKernelTests, RestoreDeletedCells
+from tritoncourse.grading.processes import isolated
+from tritoncourse.grading.autograde import restore
+from tritoncourse.grading.processes.isolated import Outcome, is_kernel_test
+from tritoncourse.grading.autograde.nbgrader_plugin import IsolatedKernelTests, RestoreDeletedCells
 
 A = "01_vector_add"
 KERNEL = "vector_add_kernel"
@@ -158,7 +159,7 @@ def test_a_grader_bug_anywhere_never_escapes(course, monkeypatch):
 INJECTION = '''
 # Test-only faults (tests/test_restore_deleted_cells.py): RestoreDeletedCells raises while putting back deleted
 # cells, or while checking one test cell.
-import tritoncourse.grading.nbgrader_plugin as _plugin
+import tritoncourse.grading.autograde.nbgrader_plugin as _plugin
 from nbgrader.preprocessors import OverwriteCells as _Overwrite
 
 _real_add, _real_check = _plugin.RestoreDeletedCells.add_missing_grade_cells, _Overwrite.preprocess_cell

@@ -1,4 +1,4 @@
-"""The grading sandbox's limits as rlimits and its watchdog (tritoncourse/grading/sandbox.py, docs/INSTRUCTORS.md
+"""The grading sandbox's limits as rlimits and its watchdog (tritoncourse/grading/sandbox/, docs/INSTRUCTORS.md
 "Threat model"): a fork bomb stops at the process limit, a memory hog at the address-space limit or the watchdog's,
 a disk filler at /tmp's and the shared folder's size or the watchdog's, one file at the file limit; the watchdog's
 walk of the watched tree; and a correct program runs within all of them. What the kernel itself counts (cgroups,

@@ -1,7 +1,7 @@
 """The grading sandbox: every kind of memory, processes and disk counted where the kernel counts them (issue 31):
 memory in memfds and in tmpfs pages by the sandbox's memory cgroup, processes by its pids cgroup, unlinked files by
 filesystems of bounded size (where neither can be used they skip, saying so); nothing outlives close(), a killed
-grader's sandbox is swept by the next; cgroup v2's plan and files on a fake hierarchy (tritoncourse/grading/sandbox.py,
+grader's sandbox is swept by the next; cgroup v2's plan and files on a fake hierarchy (tritoncourse/grading/sandbox/,
 docs/INSTRUCTORS.md "Threat model")."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The grading sandbox's environment is an allow-list of names (sandbox_config.PASS_ENV), never a prefix: the
+"""The grading sandbox's environment is an allow-list of names (sandbox.config.PASS_ENV), never a prefix: the
 grader's secrets (the gradebook's URL with its password, the judge zygote's socket, the hub's and any other token,
 every other TRITONCOURSE_* or PYTORCH_* variable) never reach a process that runs learner code.
 
@@ -98,8 +98,8 @@ DUMP_SOURCE = ("import os\n\n\ndef dump_environment():\n"
 def test_the_runner_sees_only_the_allow_list(tmp_path, forked):
     """A kernel test's runner, in the checks' sandbox, forked by the sandbox's zygote (CPU grading) or started as a
     process of its own (GPU grading): its environment, returned to the judge and written out by the test."""
-    from tritoncourse.grading.isolated import Assembly, run_test
-    from tritoncourse.grading.zygote_client import _Zygote
+    from tritoncourse.grading.processes.isolated import Assembly, run_test
+    from tritoncourse.grading.processes.zygote_client import _Zygote
 
     out = tmp_path / "runner-env"
     body = f"open({str(out)!r}, 'w').write(dump_environment())\n"
@@ -128,7 +128,7 @@ IPYKERNEL_OWN = {"TERM", "CLICOLOR", "PAGER", "GIT_PAGER", "MPLBACKEND", "PYDEVD
 def test_the_notebook_kernel_under_nbgrader_sees_only_the_allow_list():
     """nbgrader's Execute step as the course configures it (ResilientExecute: the kernel in the sandbox) runs a
     learner's cell that prints its whole environment; nothing of the grader's secrets is in the cell's output."""
-    from tritoncourse.grading.nbgrader_plugin import ResilientExecute
+    from tritoncourse.grading.autograde.nbgrader_plugin import ResilientExecute
 
     nb = new_notebook(cells=[new_code_cell(textwrap.dedent("""\
         import os

@@ -1,4 +1,4 @@
-"""The grading sandbox (tritoncourse/grading/sandbox.py, docs/INSTRUCTORS.md "Threat model"), unit tests: what a
+"""The grading sandbox (tritoncourse/grading/sandbox/, docs/INSTRUCTORS.md "Threat model"), unit tests: what a
 sandboxed process can see and do (no course, read-only Python and package, private /tmp, no network, a uid of its
 own, nothing left running), and tools/system-deps.sh without bwrap. Its bounds: tests/test_sandbox_bounds.py
 (rlimits, watchdog) and tests/test_sandbox_cgroups.py (what the kernel counts); the hostile class:

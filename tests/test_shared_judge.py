@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DEVICE
-from tritoncourse.grading import zygote_client, zygote_server
-from tritoncourse.grading.zygote_client import _SharedZygote, _Zygote
+from tritoncourse.grading.processes import zygote_client, zygote_server
+from tritoncourse.grading.processes.zygote_client import _SharedZygote, _Zygote
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the zygotes serve the CPU interpreter only")
 

@@ -4,8 +4,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from course import ROOT, SUBMISSIONS, Fixture
-from tritoncourse.grading.isolated import PROVIDED, parse_cell
-from tritoncourse.grading.source import assemble, kernels_from_notebook
+from tritoncourse.grading.processes.isolated import PROVIDED, parse_cell
+from tritoncourse.grading.lint.source import assemble, kernels_from_notebook
 
 KERNEL = '''@triton.jit
 def triton_k(x_ptr, n, BLOCK: tl.constexpr):

@@ -25,8 +25,9 @@ import pytest
 from conftest import DEVICE
 from course import ROOT, SUBMISSIONS, fixtures, graded_through_nbgrader
 from tritoncourse.grading import sandbox
-from tritoncourse.grading.isolated import PROVIDED, _Zygote, is_kernel_test, parse_cell, run_cell
-from tritoncourse.grading.source import assemble, kernels_from_notebook
+from tritoncourse.grading.processes.isolated import PROVIDED, is_kernel_test, parse_cell, run_cell
+from tritoncourse.grading.processes.zygote_client import _Zygote
+from tritoncourse.grading.lint.source import assemble, kernels_from_notebook
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Grading's time limits, scaled as test_grading scales them (phase 5's every-config tests take tens of seconds on

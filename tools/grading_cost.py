@@ -28,8 +28,9 @@ import nbformat
 from tritoncourse.device import setup_device
 setup_device()
 from tritoncourse.grading import sandbox
-from tritoncourse.grading.isolated import _Zygote, is_kernel_test, run_cell
-from tritoncourse.grading.source import kernels_from_notebook
+from tritoncourse.grading.processes.isolated import is_kernel_test, run_cell
+from tritoncourse.grading.processes.zygote_client import _Zygote
+from tritoncourse.grading.lint.source import kernels_from_notebook
 out = {}
 for phase in sys.argv[1].split(","):
     nb = nbformat.read(f"source/{phase}/{phase}.ipynb", as_version=4)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The system parts `make test` needs beyond Python (Debian or Ubuntu package names):
-#   bubblewrap        the grading sandbox (tritoncourse/grading/sandbox.py): every learner process in grading
+#   bubblewrap        the grading sandbox (tritoncourse/grading/sandbox/): every learner process in grading
 #   chromium          Debian's headless browser for tests/test_browser.py
 #   docker-compose    Debian's 1.29, validates docker/compose.yaml with no Docker engine
 #   fonts-dejavu-core fonts for the browser's screenshots

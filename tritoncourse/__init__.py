@@ -4,7 +4,7 @@ Modules by concern: ``device`` (GPU or interpreter), ``checking`` (comparisons, 
 ``checks`` (per-phase kernel checks), ``benchmarking`` (timing and recorded GPU results), ``compiled``
 (what the compiler made, on any machine),
 ``widgets`` (interactive pictures), ``learner`` (the learner's checks and hand-in), ``grading`` (the
-trust boundary: sandbox, isolated tests, nbgrader steps), ``classroom`` (the instructor's workflow).
+trust boundary, one package per trust role: runner, judge, channel, processes, lint, autograde, sandbox), ``classroom`` (the instructor's workflow).
 """
 from __future__ import annotations
 

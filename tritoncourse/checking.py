@@ -3,7 +3,7 @@
 Every check returns ``(ok, message)`` or raises :class:`KernelCheckError` with a message written
 for a learner: what differs, where, and the likely cause.
 
-On a hidden case of a test (grading/hidden_cases.py) a message names no input of that case: no size, shape,
+On a hidden case of a test (grading/judge/hidden_cases.py) a message names no input of that case: no size, shape,
 stride, seed, index, element value, count, nor anything the learner's code returned (it could encode the inputs).
 The checks describe what they ran on with a :class:`Case` (its numbers on a visible case, its kind in words on a
 hidden one), put every other number of a case through :func:`shown`, and :func:`compare` says on a hidden case
@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .grading.hidden_cases import in_hidden_case, scrub, stage_text
+from .grading.judge.hidden_cases import in_hidden_case, scrub, stage_text
 from .seeds import fresh_seed  # noqa: F401  (the checks' seeds; the grader imports it from seeds.py, without torch)
 from .tolerances import DEFAULT as TOLERANCES  # compare's defaults by dtype: (atol, rtol, why)
 
 
 class KernelCheckError(AssertionError):
     """A check failed; the message is meant for the learner. Raised on a hidden case while handling an error of the
-    learner's code, it quotes nothing of that error's text (grading/hidden_cases.py)."""
+    learner's code, it quotes nothing of that error's text (grading/judge/hidden_cases.py)."""
 
     def __init__(self, message: str = "", *args):
         handled = sys.exc_info()[1]
@@ -231,7 +231,7 @@ def guarded_copy(t: torch.Tensor, pad: int = 64) -> Guarded:
 
 
 # Storages made by Fenced, by data_ptr: "end" | "start" (which side touches unreadable memory). The judge sends a
-# launch's storages to the runner (grading/rpc.py), which re-creates each of these fenced on the same side.
+# launch's storages to the runner (grading/channel/rpc.py), which re-creates each of these fenced on the same side.
 FENCED: dict[int, str] = {}
 
 
@@ -262,7 +262,7 @@ class Fenced:
         else:
             raise ValueError("side must be 'end' or 'start'")
         self.tensor = torch.frombuffer(self._map, dtype=dtype, count=n, offset=offset)
-        # A launch that goes to another process (grading/rpc.py) re-creates this storage fenced on the same side.
+        # A launch that goes to another process (grading/channel/rpc.py) re-creates this storage fenced on the same side.
         key = self.tensor.untyped_storage().data_ptr()
         FENCED[key] = side
         weakref.finalize(self, FENCED.pop, key, None)

@@ -8,7 +8,7 @@ matches tasks to worker resources (one GPU each) and shows a dashboard. Nothing 
 What a task is: one learner's one assignment, graded on a worker (``worker.grade_on_worker``) by the same
 ``private.grade_privately`` that grades it on this machine (``Grader.run_one``): plain ``nbgrader autograde
 ASSIGNMENT --student NAME`` in a private copy of the course with this course's configuration (so the grading
-sandbox, ``grading/sandbox.py``, applies on the worker as here). No shared file system is assumed: the task carries
+sandbox, ``grading/sandbox/``, applies on the worker as here). No shared file system is assumed: the task carries
 the bytes of that private copy (``Grader.private_course``, its gradebook cut down to that learner's rows of that
 assignment, ``database.learner_copy``) and brings back the autograded files, the private gradebook and the log.
 This process (the coordinator) alone writes the real gradebook, through the same :meth:`Grader.merge` as local

@@ -29,7 +29,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 
-from ..grading.zygote_server import close_shared_judge
+from ..grading.processes.zygote_server import close_shared_judge
 from ..notebooks import CourseError
 from .course import Course
 from .database import snapshot

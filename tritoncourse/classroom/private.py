@@ -6,7 +6,7 @@ non-notebook files from ``source/``, the learner's submitted files and a SQLite 
 one's rows), starts nbgrader there with its output in a log, and kills it with everything it started when it runs
 past its time limit. The copy's gradebook is the only one it writes; the grading process merges it afterwards.
 On the CPU interpreter every private grading of one process uses one shared judge zygote, started on first use
-(``grading/zygote_server.py``): torch and the checks are imported once a process, not once a learner.
+(``grading/processes/zygote_server.py``): torch and the checks are imported once a process, not once a learner.
 """
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def grade_privately(work: Path, private: PrivateCourse, argv: list[str], log: Pa
     """Lay out ``work``, run ``python ARGV`` (nbgrader autograde) there with its output in ``log``, and kill it with
     everything it started past ``timeout`` seconds. ``launcher``: arguments put between the interpreter and ARGV
     (a Dask worker's die-with-parent wrapper). None when ``running`` was stopped before it started."""
-    from ..grading.zygote_server import shared_judge_env
+    from ..grading.processes.zygote_server import shared_judge_env
 
     lay_out(work, private)
     env = shared_judge_env(nbgrader_env() if env is None else env)

@@ -21,13 +21,13 @@ class Task:
     assignment_hash: str
     notes: list[str] = field(default_factory=list)
     attempt: int = 0
-    # notebook file name -> why it is refused (grading/links.py: a link, a second hard link): graded as a placeholder
+    # notebook file name -> why it is refused (grading/autograde/links.py: a link, a second hard link): graded as a placeholder
     # that fails every test with that reason, its target never read
     refused: dict[str, str] = field(default_factory=dict)
 
     def submission(self) -> dict[str, Path | bytes]:
         """What the private copy's submitted/<student>/<assignment>/ holds: the files, and the placeholders."""
-        from ..grading.links import refused_notebook
+        from ..grading.autograde.links import refused_notebook
 
         return {**self.files, **{name: refused_notebook(reason) for name, reason in self.refused.items()}}
 
@@ -49,12 +49,12 @@ class RunResult:
 def prepare(course: Course, assignment: str, student: str, notebooks: list[str]) -> Task:
     """What to grade for one learner: the submitted files, a renamed notebook put under its expected name.
     CourseError when nothing gradable is there (empty folder, empty file, not a notebook)."""
-    from ..grading.links import refusal
+    from ..grading.autograde.links import refusal
 
     folder = course.submitted / student / assignment
     notes = []
     refused: dict[str, str] = {}
-    # Links refused at the entry (grading/links.py): a linked student or assignment folder is refused whole, without
+    # Links refused at the entry (grading/autograde/links.py): a linked student or assignment folder is refused whole, without
     # reading what it points to; a notebook that is a link or has a second hard link is refused alone.
     whole = refusal(course.submitted, student, assignment, folder=True)
     if whole:

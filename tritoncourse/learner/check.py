@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def check_notebook(path: Path) -> int:
     """Run every ``%%kernel_test`` cell of a saved notebook in fresh processes; 0 when all pass."""
-    from ..grading.isolated import run_cell  # the test runner, loaded only when tests run (not for reset)
-    from ..grading.source import kernels_from_notebook
+    from ..grading.processes.isolated import run_cell  # the test runner, loaded only when tests run (not for reset)
+    from ..grading.lint.source import kernels_from_notebook
 
     try:
         nb = nbformat.read(str(path), as_version=4)

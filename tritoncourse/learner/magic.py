@@ -18,9 +18,9 @@ from pathlib import Path
 
 import nbformat
 
-from ..grading.isolated import MAGIC, run_cell
-from ..grading.source import assemble, kernels_from_history, kernels_from_notebook
-from ..grading.whitelist import NOT_WRITTEN
+from ..grading.processes.isolated import MAGIC, run_cell
+from ..grading.lint.source import assemble, kernels_from_history, kernels_from_notebook
+from ..grading.lint.whitelist import NOT_WRITTEN
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 _CELL_IDS: dict[int, str] = {}  # index in the input history -> id of the notebook cell that ran (from JupyterLab)

@@ -44,7 +44,7 @@ def is_autotuner(kernel) -> bool:
     """Whether ``kernel`` is what ``@triton.autotune`` makes (here, or in the runner process)."""
     from triton.runtime.autotuner import Autotuner
 
-    from ...grading.rpc import RemoteAutotuner
+    from ...grading.channel.rpc import RemoteAutotuner
 
     return isinstance(kernel, (Autotuner, RemoteAutotuner))
 

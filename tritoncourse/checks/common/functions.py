@@ -2,7 +2,7 @@
 calling it with every failure turned into a message that names the call and the learner's line, requiring a
 ValueError for bad input, and the comparisons and formats the function checks share.
 
-On a hidden case (grading/hidden_cases.py) :func:`_fmt` names a value's kind, never the value, and a call is
+On a hidden case (grading/judge/hidden_cases.py) :func:`_fmt` names a value's kind, never the value, and a call is
 shown as ``name(...)``: the arguments are the hidden case's inputs, and what the learner's function returned could
 encode them.
 """
@@ -24,7 +24,7 @@ REL = 1e-6  # relative tolerance for the learner's arithmetic (it is exact up to
 # ------------------------------------------------------------------------------- calling plain functions
 def require_function(fn, name: str) -> None:
     """Fail unless ``fn`` is a plain Python function; give it the modules graded functions may use."""
-    from ...grading.rpc import RemoteFunction
+    from ...grading.channel.rpc import RemoteFunction
 
     if isinstance(fn, RemoteFunction):  # the learner's function, in the runner process (which has the modules)
         return

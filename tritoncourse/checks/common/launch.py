@@ -8,7 +8,8 @@ from ...checking import KernelCheckError, stage
 
 
 def _kernel_types() -> tuple[type, ...]:
-    from ...grading.rpc import RemoteJit, jit_types  # jit_types: Triton's own kernel classes, one home for both sides
+    # jit_types: Triton's own kernel classes, one home for both sides
+    from ...grading.channel.rpc import RemoteJit, jit_types
 
     return (*jit_types(), RemoteJit)  # RemoteJit: the learner's kernel, in the runner process
 

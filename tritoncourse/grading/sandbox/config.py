@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent  # tritoncourse/
+PACKAGE = Path(__file__).resolve().parent.parent.parent  # tritoncourse/
 OPT_OUT_ENV = "TRITONCOURSE_UNSANDBOXED_GRADING"
 OPT_OUT_VALUE = "i-accept-that-learners-can-forge-grades"
 INSTALL_COMMAND = "sudo apt-get install -y bubblewrap"
@@ -24,7 +24,7 @@ PASS_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "TRITON_INTERPRET", "NBG
             "TRITONCOURSE_HEADLESS", "PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_CUDA_ALLOC_CONF")
 UID_BASE = 61000
 # "off": no cgroup (rlimits and the watchdog only); a cgroup2 folder: make the sandboxes' cgroups there (delegated to
-# the grader, with the memory and pids controllers); unset or "auto": found as sandbox_cgroups._cgroup_plan says.
+# the grader, with the memory and pids controllers); unset or "auto": found as cgroups._cgroup_plan says.
 CGROUP_ENV = "TRITONCOURSE_SANDBOX_CGROUP"
 TMPFS_ENV = "TRITONCOURSE_SANDBOX_TMPFS"  # "off": the shared folder is not a filesystem of its own (watchdog only)
 

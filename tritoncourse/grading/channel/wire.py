@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checking import Fenced
+from ...checking import Fenced
 
 HEADER_LIMIT = 64 << 20  # bytes of JSON in one message
 BLOB_LIMIT = 8 << 30  # bytes of storages in one message
@@ -51,7 +51,7 @@ class LimitExceeded(ProtocolError):
 
 
 class OutOfMemory(BaseException):
-    """The judge reached its memory limit (sandbox_limits.JudgeLimits) taking in what the runner sent. A
+    """The judge reached its memory limit (sandbox.limits.JudgeLimits) taking in what the runner sent. A
     BaseException, as ChannelClosed: the checks that turn a launch's every Exception into the learner's message (a
     MemoryError among them) let it through to the judge's top level, which says what happened."""
 

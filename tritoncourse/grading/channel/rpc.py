@@ -13,7 +13,7 @@ the other side gets a :class:`Remote` proxy that forwards attribute reads, write
 After a call from the judge that carried tensors, the runner sends back the bytes of their storages, which the
 judge copies in place: a kernel launch writes the judge's own buffers, exactly where the kernel stored.
 
-This module holds :class:`Channel`; the bytes, framing and errors are rpc_wire.py's, the proxies rpc_proxies.py's
+This module holds :class:`Channel`; the bytes, framing and errors are channel/wire.py's, the proxies channel/proxies.py's
 (both re-exported here: the judge, the runner and the checks import them from rpc).
 """
 from __future__ import annotations
@@ -23,12 +23,12 @@ import types
 
 import torch
 
-from ..checking import FENCED
-from .rpc_proxies import (Remote, RemoteAutotuner, RemoteFunction, RemoteJit, _kind_of, _proxy_class,
-                          _sync_in_place, jit_types)
-from .rpc_wire import (BLOB_LIMIT, HEADER_LIMIT, Budget, ChannelClosed, LimitExceeded, OutOfMemory, ProtocolError,
-                       RemoteError, _as_bytes, _fenced_storage, _storage_bytes, describe_error, make_error,
-                       recv_message, send_message)
+from ...checking import FENCED
+from .proxies import (Remote, RemoteAutotuner, RemoteFunction, RemoteJit, _kind_of, _proxy_class,
+                      _sync_in_place, jit_types)
+from .wire import (BLOB_LIMIT, HEADER_LIMIT, Budget, ChannelClosed, LimitExceeded, OutOfMemory, ProtocolError,
+                   RemoteError, _as_bytes, _fenced_storage, _storage_bytes, describe_error, make_error,
+                   recv_message, send_message)
 
 # What the judge, the runner, the checks and the tests import from here.
 __all__ = ["Channel", "ChannelClosed", "ProtocolError", "LimitExceeded", "OutOfMemory", "RemoteError", "Remote",
@@ -43,7 +43,7 @@ class Channel:
         self.sock = sock
         self.role = role  # "judge" | "runner"
         if role == "judge" and limits is None:
-            from .sandbox_limits import JudgeLimits
+            from ..sandbox.limits import JudgeLimits
 
             limits = JudgeLimits.from_env()
         self.limits = limits  # the judge's: what a message from the runner may carry (None: the runner's, unbounded)

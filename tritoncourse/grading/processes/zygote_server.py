@@ -112,6 +112,6 @@ def shared_judge_env(env: dict) -> dict:
 def _on_interpreter(env: dict) -> bool:
     """Whether the private gradings will run their tests on the CPU interpreter (device.infer_device's answer,
     without importing torch: with a GPU's device nodes present, only when the interpreter is asked for)."""
-    from ..device import _TRUTHY, _gpu_device_nodes
+    from ...device import _TRUTHY, _gpu_device_nodes
 
     return env.get("TRITON_INTERPRET", "").strip().lower() in _TRUTHY or not _gpu_device_nodes()

@@ -12,7 +12,7 @@ import signal
 import time
 from pathlib import Path
 
-from .sandbox_config import CGROUP_ENV, _is_root
+from .config import CGROUP_ENV, _is_root
 
 WANTED = ("memory", "pids")
 # Run first in every sandbox: writes its own pid into each cgroup.procs given ($1 of them), then execs the rest of

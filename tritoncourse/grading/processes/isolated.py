@@ -21,21 +21,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..seeds import fresh_seed
-from .kernel_test_cell import DEFAULT_TIMEOUT, MAGIC, hidden_only, is_kernel_test, parse_cell, test_title
-from .source import Assembly, assemble, parse
-from .verdict import (GRADER_ERROR, OUT_OF_BOUNDS_HINT, UNMASKED_LOAD_HINT, Outcome, _outcome,
-                      _silent_sanitizer_crash, grader_error_outcome)
-from .zygote_client import ZYGOTE, _Child, _warm_zygote, _Zygote
+from ...seeds import fresh_seed
+from ..lint.kernel_test_cell import DEFAULT_TIMEOUT, MAGIC, hidden_only, is_kernel_test, parse_cell, test_title
+from ..lint.source import Assembly, assemble, parse
+from ..judge.verdict import (GRADER_ERROR, OUT_OF_BOUNDS_HINT, UNMASKED_LOAD_HINT, Outcome, _outcome,
+                             _silent_sanitizer_crash, grader_error_outcome)
+from .zygote_client import ZYGOTE, _Child, _warm_zygote
 
 # The names the grader, the learner's magic, the tools and the tests import from here.
 __all__ = ["run_test", "run_cell", "definition_kinds", "sanitizer_enabled", "Outcome", "GRADER_ERROR",
            "grader_error_outcome", "MAGIC", "DEFAULT_TIMEOUT", "KERNEL_HEADER", "PROVIDED", "RUNNER", "JUDGE",
            "ZYGOTE", "Assembly", "is_kernel_test", "parse_cell", "hidden_only", "test_title", "UNMASKED_LOAD_HINT",
-           "OUT_OF_BOUNDS_HINT", "_Zygote", "_warm_zygote", "_Child", "_run_pair"]
+           "OUT_OF_BOUNDS_HINT"]
 
-RUNNER = Path(__file__).with_name("runner.py")
-JUDGE = Path(__file__).with_name("judge.py")
+RUNNER = Path(__file__).parent.parent / "runner" / "runner.py"
+JUDGE = Path(__file__).parent.parent / "judge" / "judge.py"
 # The modules a learner's definitions may use (see source.py's lint): imported for them.
 KERNEL_HEADER = "import math\nimport statistics\n\nimport torch\nimport triton\nimport triton.language as tl\n\n"
 # Names the runner defines for every test; never taken from the learner's notebook.
@@ -97,7 +97,7 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
     writes the verdict in a folder of its own; the runner runs in ``sandbox`` (a :class:`sandbox.Sandbox`) in
     grading, forked by ``zygote`` (a :class:`_Zygote` inside that sandbox) on the CPU; the learner's own checks
     run both unsandboxed, on their machine."""
-    from ..device import infer_device
+    from ...device import infer_device
 
     title = test_title(body)
     seed = fresh_seed() if seed is None else seed

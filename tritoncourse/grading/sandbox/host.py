@@ -15,8 +15,8 @@ import stat
 import sys
 from pathlib import Path
 
-from .sandbox_cgroups import _Cgroups, _mountinfo
-from .sandbox_config import _is_root
+from .cgroups import _Cgroups, _mountinfo
+from .config import _is_root
 
 
 OWNER_FILE = "owner.json"  # in a sandbox's scratch folder (out of the learner's reach): who made it, what it holds

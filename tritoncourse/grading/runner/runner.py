@@ -12,9 +12,9 @@ import sys
 import time
 
 # -I keeps the working directory and PYTHONPATH off sys.path: only the course's own package is found.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-SOCKET_NAME = "judge.sock"
+from tritoncourse.grading.channel import SOCKET_NAME  # noqa: E402
 CONNECT_SECONDS = 120.0
 
 
@@ -41,7 +41,7 @@ def main(workdir: str) -> int:
     setup_device()
     import importlib.util
 
-    from tritoncourse.grading.rpc import Channel
+    from tritoncourse.grading.channel.rpc import Channel
 
     kernels_path = os.path.join(workdir, "learner_kernels.py")
     with open(os.path.join(workdir, "kernel_names.json")) as f:
@@ -54,7 +54,7 @@ def main(workdir: str) -> int:
         spec.loader.exec_module(module)
         hello = {"kernels": {name: getattr(module, name) for name in names}}
     except BaseException as err:  # the definitions could not even be loaded: the judge says so
-        from tritoncourse.grading.rpc import describe_error
+        from tritoncourse.grading.channel.rpc import describe_error
 
         hello = {"load_error": describe_error(err, {kernels_path})}
     channel._send({"hello": True}, hello)

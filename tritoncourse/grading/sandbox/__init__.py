@@ -1,4 +1,5 @@
 """The grading sandbox: every process that runs a learner's code during grading runs inside bubblewrap.
+Trust role: trusted, the walls around every learner process at grading; it imports nothing of the course.
 
     sandbox = Sandbox("02_softmax-alice")          # a private scratch folder, limits, a uid of its own
     subprocess.Popen(sandbox.argv([python, "-I", "runner.py", workdir]), ...)
@@ -37,9 +38,9 @@ Grading refuses to run without it (:func:`require`) unless the instructor sets t
 ``TRITONCOURSE_UNSANDBOXED_GRADING=i-accept-that-learners-can-forge-grades``.
 
 This module holds :class:`Sandbox` and the availability checks (:func:`problem`, :func:`status`, :func:`require`);
-its parts live beside it and are re-exported here: settings and host facts (sandbox_config.py), the command line
-(sandbox_argv.py), limits and the watchdog (sandbox_limits.py), cgroups v1/v2 (sandbox_cgroups.py), the tmpfs, owner
-records and clean-up (sandbox_host.py).
+its parts live beside it and are re-exported here: settings and host facts (sandbox/config.py), the command line
+(sandbox/argv.py), limits and the watchdog (sandbox/limits.py), cgroups v1/v2 (sandbox/cgroups.py), the tmpfs, owner
+records and clean-up (sandbox/host.py).
 """
 from __future__ import annotations
 
@@ -60,14 +61,14 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .sandbox_argv import SandboxCommandLine, _processes_of
-from .sandbox_cgroups import (CGROUP_ENV, NEST_LEAF, WANTED, _Cgroups, _cgroup_plan, _LAUNCHER, _mountinfo, _nest,
-                              _own_cgroups)
-from .sandbox_config import (INSTALL_COMMAND, OPT_OUT_ENV, OPT_OUT_VALUE, PACKAGE, PASS_ENV, TMPFS_ENV,
-                             UID_BASE, SandboxUnavailable, _gpu_devices, _is_root, bwrap_path, opted_out,
-                             python_path_dirs, sandbox_env)
-from .sandbox_host import OWNER_FILE, _identity, _mount_tmpfs, _release, _sweep_stale, _unmount
-from .sandbox_limits import Limits, SandboxLimits
+from .argv import SandboxCommandLine, _processes_of
+from .cgroups import (CGROUP_ENV, NEST_LEAF, WANTED, _Cgroups, _cgroup_plan, _LAUNCHER, _mountinfo, _nest,
+                      _own_cgroups)
+from .config import (INSTALL_COMMAND, OPT_OUT_ENV, OPT_OUT_VALUE, PACKAGE, PASS_ENV, TMPFS_ENV,
+                     UID_BASE, SandboxUnavailable, _gpu_devices, _is_root, bwrap_path, opted_out,
+                     python_path_dirs, sandbox_env)
+from .host import OWNER_FILE, _identity, _mount_tmpfs, _release, _sweep_stale, _unmount
+from .limits import Limits, SandboxLimits
 
 # The sandbox's names, by which the grader, the tests and the tools use them (most defined in the modules above).
 __all__ = ["Sandbox", "Limits", "SandboxUnavailable", "problem", "status", "require", "opted_out", "bwrap_path",

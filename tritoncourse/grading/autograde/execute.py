@@ -16,9 +16,9 @@ from traitlets import Integer
 from nbgrader.preprocessors import Execute
 from nbgrader.utils import is_grade, is_solution
 
-from . import sandbox
+from .. import sandbox
 from .autograded_folder import AutogradedFolder
-from .isolated import is_kernel_test
+from ..processes.isolated import is_kernel_test
 from .links import refused_reason
 from .notebook_bounds import _NotebookExpired, _RunBound, _Watchdog
 from .notebook_kernel import LOST, SandboxedKernel

@@ -186,7 +186,7 @@ def _silent_sanitizer_crash(returncode, rdir: Path, jdir: Path) -> bool:
 
 def _read(path: Path) -> str:
     """A file the checking process wrote: never through a symlink, at most 1 MB (it may be the learner's)."""
-    from .sandbox import read_bounded
+    from ..sandbox import read_bounded
 
     return read_bounded(path)
 

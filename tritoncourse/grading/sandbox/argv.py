@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .sandbox_cgroups import _LAUNCHER
-from .sandbox_config import PACKAGE, SandboxUnavailable, _gpu_devices, bwrap_path, python_path_dirs, sandbox_env
+from .cgroups import _LAUNCHER
+from .config import PACKAGE, SandboxUnavailable, _gpu_devices, bwrap_path, python_path_dirs, sandbox_env
 
 
 class SandboxCommandLine:

@@ -24,15 +24,16 @@ from traitlets import Bool, Float, Integer
 from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade, is_solution
 
-from ..seeds import fresh_seed
-from ..device import infer_device
-from . import sandbox
+from ...seeds import fresh_seed
+from ...device import infer_device
+from .. import sandbox
 from .execute import ResilientExecute
-from .isolated import (GRADER_ERROR, Outcome, _Zygote, grader_error_outcome, is_kernel_test, parse_cell, run_cell,
-                       test_title)
+from ..processes.isolated import (GRADER_ERROR, Outcome, grader_error_outcome, is_kernel_test, parse_cell, run_cell,
+                                  test_title)
+from ..processes.zygote_client import _Zygote
 from .notebook_bounds import _WAKE, _Watchdog
 from .restore import RestoreCellMetadata, RestoreDeletedCells
-from .source import kernels_from_notebook
+from ..lint.source import kernels_from_notebook
 from .submission import _error_output, _stdout, submission_refusal
 
 # The course's nbgrader steps, by the names nbgrader_config.py and the tests import from here.

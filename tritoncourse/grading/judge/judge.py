@@ -16,7 +16,7 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 RUNNER_EXIT_FILE = "runner-exit"  # written by the parent when the runner has ended
 
@@ -32,7 +32,7 @@ def _listen(runner_dir: str, judge_dir: str) -> socket.socket:
     In grading that folder is the grader's own (``Sandbox.grader_dir``: bound read-only into the sandbox, no
     sandboxed process can replace it or anything in it). The socket is made connectable by the sandbox's user
     through the umask at bind time (0666), never by a chmod of a path, which would follow a link put in its place."""
-    from tritoncourse.grading.runner import SOCKET_NAME
+    from tritoncourse.grading.channel import SOCKET_NAME
 
     here = os.getcwd()
     os.chdir(runner_dir)
@@ -69,7 +69,7 @@ def _accept(listener: socket.socket, judge_dir: str, limit: float = 300.0) -> so
 def _as_assembled(kernels: dict, judge_dir: str) -> dict:
     """The runner's definitions, each taken as what its source says it is (kernel_kinds.json, read from the
     learner's source by the grader): a runner that calls a plain object a kernel is not believed."""
-    from tritoncourse.grading.rpc import Remote, RemoteAutotuner, RemoteFunction, RemoteJit
+    from tritoncourse.grading.channel.rpc import Remote, RemoteAutotuner, RemoteFunction, RemoteJit
 
     with open(os.path.join(judge_dir, "kernel_kinds.json")) as f:
         kinds = json.load(f)
@@ -90,11 +90,11 @@ def _test_frames(err: BaseException, test_path: str) -> str:
 
 
 def _bounded(device: str):
-    """Bound this judge's memory and CPU time (sandbox_limits.JudgeLimits); past its CPU time the test fails, said
+    """Bound this judge's memory and CPU time (sandbox.limits.JudgeLimits); past its CPU time the test fails, said
     so. Its wall-clock time is the test's (isolated.py stops it at the test's time limit)."""
     import signal
 
-    from tritoncourse.grading.sandbox_limits import JudgeLimits
+    from tritoncourse.grading.sandbox.limits import JudgeLimits
 
     limits = JudgeLimits.from_env()
     limits.apply(gpu=device != "cpu")
@@ -119,7 +119,8 @@ def main(judge_dir: str) -> int:
     import triton.language as tl
 
     from tritoncourse.checking import KernelCheckError, stage
-    from tritoncourse.grading.rpc import ChannelClosed, Channel, LimitExceeded, OutOfMemory, ProtocolError, RemoteError
+    from tritoncourse.grading.channel.rpc import (ChannelClosed, Channel, LimitExceeded, OutOfMemory, ProtocolError,
+                                                  RemoteError)
 
     limits = _bounded(device)
     test_path = os.path.join(judge_dir, "test_cell.py")
@@ -170,7 +171,7 @@ def main(judge_dir: str) -> int:
                                                           f"read ({err}); the test fails."})
         return 1
     except BaseException as err:  # an error of the learner's code raised through a check, or of the test
-        from tritoncourse.grading.hidden_cases import error_name, in_hidden_case
+        from tritoncourse.grading.judge.hidden_cases import error_name, in_hidden_case
 
         where = (err.where if isinstance(err, RemoteError) else "") + _test_frames(err, test_path)
         text = f"{type(err).__name__}: {err}"

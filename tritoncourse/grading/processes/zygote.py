@@ -23,7 +23,7 @@ import struct
 import sys
 
 PRELOAD = ("numpy", "torch", "triton", "triton.language", "tritoncourse.checking", "tritoncourse.checks.common.launch",
-           "tritoncourse.grading.rpc", "tritoncourse.grading.runner", "tritoncourse.grading.judge")
+           "tritoncourse.grading.channel.rpc", "tritoncourse.grading.runner.runner", "tritoncourse.grading.judge.judge")
 ENTRIES = ("runner", "judge")
 # A pipe the zygote's SIGCHLD writes to (signal.set_wakeup_fd): a child's end wakes the loop at once, instead of at
 # its next look (every 50 ms before: ~30 ms of each test's ~115 ms of overhead). Closed in every child.
@@ -59,7 +59,7 @@ def _child(req: dict) -> None:
         entry = req.get("entry", "runner")
         if entry not in ENTRIES:
             raise ValueError(f"unknown entry {entry!r}")
-        code = importlib.import_module(f"tritoncourse.grading.{entry}").main(req["workdir"])
+        code = importlib.import_module(f"tritoncourse.grading.{entry}.{entry}").main(req["workdir"])
     except BaseException:  # report anything, then leave without running the zygote's code
         import traceback
 
@@ -241,7 +241,7 @@ def _accept(listener: socket.socket, clients: dict) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     if sys.argv[1:2] == ["--socket"]:
         serve_socket(sys.argv[2])
     else:

@@ -32,7 +32,7 @@ import time
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import DeadKernelError
 
-from . import sandbox
+from .. import sandbox
 from .notebook_bounds import _NotebookExpired
 
 LOST = "the notebook's kernel closed or replaced its connection to the grader"
