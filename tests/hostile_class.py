@@ -145,7 +145,8 @@ class HostileClass:
     def __init__(self, tmp: Path, template: Path):
         self.marker = "m" + secrets.token_hex(8)
         self.token = "AKIA" + secrets.token_hex(8).upper()  # a fake key in the grader's environment
-        # and secrets under the course's own prefixes, which once passed into the sandboxes whole (sandbox_config.py)
+        # and secrets under the course's own prefixes, which once passed into the sandboxes whole
+        # (grading/sandbox/config.py)
         self.planted = {"TRITONCOURSE_GRADEBOOK_PASSWORD": "pg" + secrets.token_hex(8),
                         "PYTORCH_SECRET_HOOK": "pt" + secrets.token_hex(8)}
         self.listener = Listener()
@@ -264,7 +265,7 @@ class HostileClass:
 
 
 GRADERS = ["nbgrader", "course_grade"]
-# hostile_kernel_*: a kernel that runs Python in the checking process, refused by the lint (grading/lint.py) before
+# hostile_kernel_*: a kernel that runs Python in the checking process, refused by the lint (grading/lint/lint.py) before
 # anything of it runs, the same code under either grader: graded by plain nbgrader only (tests/test_source.py checks
 # each refusal fast). Every other hostile learner acts on the notebook's run, the sandbox or the files, which the two
 # graders lay out differently (one process for the class; a private course copy per learner, two at a time).

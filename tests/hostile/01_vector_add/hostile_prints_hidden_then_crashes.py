@@ -2,8 +2,8 @@
 # where it stores far outside the output and crashes the checking process; first it prints the size it was given
 # (tests/submissions/01_vector_add/wrong_prints_sizes_then_crashes.py's kernel, on a size of the scaled-down course).
 # Its feedback must say it crashed on a hidden case and name the seed, and quote neither that output nor the case's
-# inputs (grading/hidden_cases.py): before issue 42, the crash's verdict quoted the runner's output, which showed what
-# it printed, and the size (this source spells both apart: feedback shows the learner's cells, comments too).
+# inputs (grading/judge/hidden_cases.py): before issue 42, the crash's verdict quoted the runner's output, which showed
+# what it printed, and the size (this source spells both apart: feedback shows the learner's cells, comments too).
 # expect-fail: test_vector_add_ragged_sizes
 # expect-message: on a hidden case of this test
 @triton.jit
