@@ -24,6 +24,7 @@ from nbformat.v4 import new_code_cell
 
 from course import BIN, ROOT, Course, Fixture
 from sandboxes import _marked
+from servers import UnixListener
 from tritoncourse.device import infer_device
 
 A = "01_vector_add"
@@ -103,35 +104,6 @@ class Listener:
                 conn.settimeout(1)
                 with contextlib.suppress(OSError):
                     self.received.append(conn.recv(1024) or b"<connected>")
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(timeout=5)
-        self.sock.close()
-
-
-class UnixListener:
-    """A Unix socket outside any sandbox (in the test's scratch folder) that counts every connection made to it."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.bind(str(path))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.connections = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            conn.close()
 
     def close(self):
         self.stop.set()

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 
@@ -28,3 +30,32 @@ def wait_until_answers(probe: Callable[[], object], proc: subprocess.Popen, time
         except OSError:
             time.sleep(0.3)
     raise AssertionError(f"{what} did not answer within {timeout:.0f} s:\n{log()}")
+
+
+class UnixListener:
+    """A Unix socket outside any sandbox (in the test's scratch folder) that counts every connection made to it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(str(path))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.connections = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.sock.close()

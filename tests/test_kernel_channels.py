@@ -14,8 +14,6 @@ message that says so.
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
 from pathlib import Path
 
@@ -23,39 +21,12 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from servers import UnixListener
 from tritoncourse.grading import sandbox
 from tritoncourse.grading.autograde.nbgrader_plugin import ResilientExecute
 
 pytestmark = pytest.mark.slow
 HOSTILE = Path(__file__).resolve().parent / "hostile" / "grader_paths" / "kernel_links.py"
-
-
-class UnixListener:
-    """A Unix socket outside any sandbox that records every connection made to it."""
-
-    def __init__(self, path: Path):
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.bind(str(path))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.connections = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            conn.close()
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(timeout=5)
-        self.sock.close()
 
 
 def test_the_grader_never_connects_where_the_kernel_points_it(tmp_path):
