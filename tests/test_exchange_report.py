@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
+from inbound_plants import plant_hand_in
 from tritoncourse.classroom import refusals
 from tritoncourse.classroom.course import Course
 from tritoncourse.classroom.export import export_csv
@@ -171,16 +171,8 @@ def test_the_real_collect_feeds_the_report(tmp_path):
     hand_ins = [("big", "sparse"), ("linked", "link"), ("good", None), (EVIL, None)] + [("good", "forged")] * root
     for student, extra in hand_ins:
         when = now.replace(".000000", ".500000") if extra == "forged" else now
-        sub = inbound / f"{student}+{A}+{when}+r"
-        sub.mkdir()
-        (sub / "timestamp.txt").write_text(when)
-        (sub / f"{A}.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
-        if extra == "sparse":
-            open(sub / "data.bin", "wb").truncate(10 << 30)
-        elif extra == "link":
-            (sub / f"{A}.ipynb").unlink()
-            os.symlink("/etc/hostname", sub / f"{A}.ipynb")
-        elif extra == "forged":
+        sub = plant_hand_in(inbound, student, A, when, extra)
+        if extra == "forged":
             os.chown(sub, 54321, 54321)  # a classmate's folder, newer, in good's name
     c = Config()
     c.Exchange.root = str(tmp_path / "exchange")

@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
+
+from inbound_plants import plant_hand_in
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hub"))
@@ -158,15 +159,7 @@ def test_collect_costs_a_bad_submission_only_its_learner(tmp_path, monkeypatch):
     for student, extra in [("big", "sparse"), ("linked", "link"), ("good", None), ("future", None), ("..", None),
                            ("-rf", None)]:
         when = "2099-01-01 00:00:00.000000 UTC" if student == "future" else stamp
-        sub = inbound / f"{student}+{A}+{when}+r"
-        sub.mkdir()
-        (sub / "timestamp.txt").write_text(when)
-        (sub / f"{A}.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
-        if extra == "sparse":
-            open(sub / "data.bin", "wb").truncate(10 << 30)
-        elif extra == "link":
-            (sub / f"{A}.ipynb").unlink()
-            os.symlink("/etc/hostname", sub / f"{A}.ipynb")
+        plant_hand_in(inbound, student, A, when, extra)
     c = Config()
     c.Exchange.root = str(tmp_path / "exchange")
     c.CourseDirectory.course_id = COURSE
