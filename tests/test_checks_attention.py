@@ -1,5 +1,6 @@
 """Phase 6's check module: are the tolerances tight enough to catch each known mistake on every tested shape, and
 loose enough for a correct fp32 computation; are the causes named right; does gpu_check know the phase?
+(The notebook's own prose and test cells: tests/test_checks_attention_notebook.py.)
 
 Fast: torch only (fp64 replays of the mistakes), except two small kernel launches on the interpreter.
 """
@@ -9,31 +10,9 @@ import sys
 import pytest
 import torch
 
-from course import ROOT, notebook_calls
+from attention_cases import ATTENTION, LAYER_NORM, SEEDS, _caught, _setup
+from course import ROOT
 from tritoncourse.checks import fused_attention as fa
-
-NOTEBOOK = ROOT / "source" / "06_fused_attention" / "06_fused_attention.ipynb"
-SEEDS = range(1, 9)
-
-
-ATTENTION = notebook_calls(NOTEBOOK, "check_attention")
-LAYER_NORM = notebook_calls(NOTEBOOK, "check_layer_norm")
-
-
-def _setup(kw, seed):
-    dtype = kw.get("dtype", torch.float32)
-    q, k, v = fa.make_qkv(kw["batch"], kw["heads"], kw["seq_len"], kw["head_dim"], dtype, kw.get("data", "randn"), seed)
-    scale = kw.get("sm_scale") or kw["head_dim"] ** -0.5
-    causal = kw.get("causal", False)
-    ref_o, ref_lse = fa.attention_ref(q, k, v, causal, scale)
-    max_score = float(ref_lse.abs().max()) + torch.log(torch.tensor(float(kw["seq_len"]))).item()
-    atol, rtol, _ = fa.attention_tolerance(dtype, "cpu", max_score, float(v.abs().max()))
-    return q, k, v, scale, causal, ref_o, atol, rtol
-
-
-def _caught(out, ref, atol, rtol, dtype):
-    out = out.to(dtype).double()
-    return not bool(torch.allclose(out, ref, atol=atol, rtol=rtol, equal_nan=False))
 
 
 def test_the_notebook_has_cases():
@@ -319,65 +298,6 @@ def test_layer_norm_data_make_eps_matter_and_the_formula_mistakes_are_named():
                     named = fa._ln_diagnose(cand.to(dtype), x, w, b, eps, triton.next_power_of_2(n_cols), "randn")
                     # eps outside the root and eps missing differ by eps / sqrt(var): in fp16 either may be named
                     assert named == words or (dtype != torch.float32 and "eps is" in named), (gid, seed, named, words)
-
-
-# ---- issue 29: every number in the prose is the notebook's own -------------------------------------------------
-def _cells():
-    import nbformat
-
-    return nbformat.read(NOTEBOOK, as_version=4).cells
-
-
-def test_the_first_cell_states_the_graded_points_and_the_readmes_time():
-    """The first cell's points are the sums of the grade cells (by part), its time is the README's row for the phase,
-    and the graded LayerNorm backward is not called optional."""
-    import re
-
-    cells = _cells()
-    grades = [c.metadata.nbgrader for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
-    tests = {g["grade_id"]: g["points"] for g in grades if g["grade_id"].startswith("test_")}
-    questions = sum(g["points"] for g in grades if not g["grade_id"].startswith("test_"))
-    backward = sum(p for t, p in tests.items() if t.startswith("test_layer_norm_backward"))
-    forward = sum(p for t, p in tests.items() if t.startswith("test_layer_norm")) - backward
-    attention = sum(p for t, p in tests.items() if t.startswith("test_attention"))
-    assert forward + backward + attention == sum(tests.values())
-    first = " ".join(cells[0].source.split())
-    assert (f"Points: kernel tests {sum(tests.values())} (LayerNorm {forward}, its backward {backward}, attention "
-            f"{attention}), key questions {questions}.") in first, first
-    assert "optional" not in first.lower()
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if "`06_fused_attention`" in line)
-    lo, hi = re.search(r"\| (\d+)–(\d+) min \|", row).groups()
-    assert f"Expected time: {lo} to {hi} minutes" in first, (row, first)
-
-
-def test_the_prose_sizes_are_those_the_reference_cell_computes():
-    """'Q, K, V and O together are N MiB' and 'G GiB for S alone' at batch·heads 32, seq_len 16384, head_dim 128,
-    fp16: computed by the notebook's own attention_memory."""
-    cell = next(c for c in _cells() if c.get("id") == "attention-reference")
-    ns = {"torch": torch}
-    exec(cell.source.split("\nprint(")[0], ns)
-    qkvo, scores = ns["attention_memory"](32, 16384, 128)
-    text = " ".join(" ".join(c.source.split()) for c in _cells() if c.cell_type == "markdown")
-    assert f"that is {scores / 2**30:.0f} GiB for `S` alone" in text
-    assert f"`Q`, `K`, `V` and `O` together are {qkvo / 2**20:.0f} MiB at head_dim 128" in text
-
-
-def test_every_graded_test_cell_shows_a_case_and_the_steps_name_real_tests():
-    """A learner can run every graded behaviour before grading (a visible case above the hidden ones), and each of
-    the kernel's steps names a test that exists."""
-    import re
-
-    cells = _cells()
-    ids = set()
-    for c in cells:
-        gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-        if c.cell_type == "code" and gid.startswith("test_"):
-            ids.add(gid)
-            visible = c.source.split("### BEGIN HIDDEN TESTS")[0]
-            assert re.search(r"^check_\w+\(", visible, re.M), f"{gid} has hidden cases only"
-    steps = next(c.source for c in cells if c.cell_type == "markdown" and "The kernel, in four steps" in c.source)
-    named = set(re.findall(r"`(test_\w+)`", steps))
-    assert named and named <= ids, named - ids
 
 
 C_OVER_BLOCK = '''

@@ -7,47 +7,17 @@ still graded.
 """
 from __future__ import annotations
 
-import io
 import json
-import subprocess
-import threading
-from pathlib import Path
 
 import pytest
-from nbclient.exceptions import DeadKernelError
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-from nbgrader.preprocessors import Execute
 
-from tritoncourse.grading.processes import isolated, zygote_client
+from grader_faults import _notebook, _passing, _test_cell
+from tritoncourse.grading.processes import isolated
 from tritoncourse.grading.autograde import nbgrader_plugin
-from tritoncourse.grading.processes.isolated import Outcome
-from tritoncourse.grading.autograde.nbgrader_plugin import IsolatedKernelTests, ResilientExecute
+from tritoncourse.grading.autograde.nbgrader_plugin import IsolatedKernelTests
 
-KERNEL = '''@triton.jit
-def triton_double_kernel(x_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
-'''
-
-
-def _test_cell(grade_id: str, body: str = "", magic: str = "%%kernel_test") -> dict:
-    cell = new_code_cell(f'{magic}\n"""Checks {grade_id}."""\n{body or "triton_double_kernel"}\n')
-    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": grade_id,
-                                 "points": 1}
-    cell.outputs = [{"output_type": "stream", "name": "stdout",
-                     "text": "Graded in a fresh process outside this notebook (see the verdict in your feedback).\n"}]
-    return cell
-
-
-def _notebook(*tests) -> dict:
-    nb = new_notebook()
-    kernel = new_code_cell(KERNEL)
-    kernel.metadata["nbgrader"] = {"solution": True, "grade": False, "locked": False, "grade_id": "kernel"}
-    plain_test = new_code_cell("assert True")
-    plain_test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "plain",
-                                       "points": 1}
-    nb.cells = [new_markdown_cell("# A phase"), kernel, *tests, plain_test]
-    return nb
+# The grading processes' own faults (the zygotes, the judge, the runner, compute-sanitizer):
+# tests/test_grader_errors_processes.py; the notebook's own run (ResilientExecute): test_grader_errors_execute.py.
 
 
 def _grade(nb, tmp_path):
@@ -57,10 +27,6 @@ def _grade(nb, tmp_path):
     outputs = {c.metadata["nbgrader"]["grade_id"]: c.outputs for c in nb.cells
                if c.metadata.get("nbgrader", {}).get("grade")}
     return outputs, resources["tritoncourse"]["verdicts"], json.loads((tmp_path / "phase.verdicts.json").read_text())
-
-
-def _passing(body, assembly, *, timeout=0, seed=None, device=None, sandbox=None, zygote=None):
-    return Outcome(True, "pass", "", seed, 0.1, "")
 
 
 def _text(outputs) -> str:
@@ -147,140 +113,6 @@ def test_an_unwritable_verdict_log_costs_nothing(monkeypatch, tmp_path):
     assert resources["tritoncourse"]["verdicts"]["test_a"]["ok"]
 
 
-class _DeadZygote:
-    def start(self, *args):
-        raise BrokenPipeError("the zygote is gone")
-
-
-def test_a_dead_zygote_falls_back_to_fresh_processes(monkeypatch):
-    """The warm zygotes die (a broken pipe): the judge and the runner run as plain fresh processes instead."""
-    monkeypatch.setattr(isolated, "_warm_zygote", lambda entry="runner": _DeadZygote())
-    started = []
-    real = isolated.subprocess.Popen
-
-    def popen(cmd, *args, **kwargs):
-        started.append(cmd)
-        return real(cmd, *args, **kwargs)
-
-    monkeypatch.setattr(isolated.subprocess, "Popen", popen)
-    assembly = isolated.Assembly("", [], [])
-    outcome = isolated.run_test('"""Checks."""\nassert True\n', assembly, seed=7, device="cpu")
-    assert outcome.ok, outcome.message
-    assert {Path(cmd[-2]).name for cmd in started} == {"judge.py", "runner.py"}
-
-
-def _pair(runs, calls):
-    """A stand-in for run_test's judge and runner: each run writes the runner's output and the judge's verdict."""
-    def run_pair(jcmd, jenv, jdir, judge_zygote, rcmd, renv, rdir, zygote, sandbox, timeout):
-        runner_code, output, verdict, judge_code = runs[len(calls)]
-        calls.append(rcmd)
-        (rdir / "out.txt").write_text(output)
-        if verdict is not None:
-            (jdir / "result.json").write_text(json.dumps(verdict))
-        return runner_code, judge_code
-    return run_pair
-
-
-def test_a_judge_that_exits_without_a_verdict_is_a_grader_error(monkeypatch):
-    """The judge is the grader's own: exiting without a verdict is our failure, not a crash blamed on the
-    learner's kernel."""
-    monkeypatch.setattr(isolated, "_run_pair", _pair([(0, "", None, 1)], []))
-    outcome = isolated.run_test('"""Checks."""\nassert True\n', isolated.Assembly("", [], []), seed=7, device="cpu")
-    assert not outcome.ok and outcome.kind == "grader-error"
-    assert "exited with code 1" in outcome.message
-    assert "Your kernel crashed" not in outcome.message
-
-
-def test_a_runner_that_dies_is_the_kernels_crash(monkeypatch):
-    """The runner (the learner's kernels) dies by a signal while the judge waits: a crash, named with the stage."""
-    lost = {"ok": False, "kind": "runner-lost", "message": ""}
-    monkeypatch.setattr(isolated, "_run_pair", _pair([(-11, "", lost, 1)], []))
-    outcome = isolated.run_test('"""Checks."""\nassert True\n', isolated.Assembly("", [], []), seed=7, device="cpu")
-    assert not outcome.ok and outcome.kind == "crash" and "segmentation fault" in outcome.message
-
-
-def test_a_passing_judge_is_not_overruled_by_a_runner_exit_code(monkeypatch):
-    """Only the judge's verdict passes a test; the runner's exit code can fail one (the sanitizer's 86) but a
-    runner that claims success proves nothing: its code 0 with a failing verdict still fails."""
-    fail = {"ok": False, "kind": "fail", "message": "Wrong values"}
-    monkeypatch.setattr(isolated, "_run_pair", _pair([(0, "", fail, 1)], []))
-    outcome = isolated.run_test('"""Checks."""\nassert True\n', isolated.Assembly("", [], []), seed=7, device="cpu")
-    assert not outcome.ok and outcome.message == "Wrong values"
-
-
-def test_a_zygote_that_talks_nonsense_is_given_up():
-    """A zygote whose replies cannot be read is stopped and counts as dead at once: no test waits for its
-    time limit, and run_test falls back to a fresh process."""
-    zygote = object.__new__(zygote_client._Zygote)  # its state, around a stand-in process
-    zygote.proc = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    zygote.lock = threading.Lock()
-    zygote.changed = threading.Condition(zygote.lock)
-    zygote.next_id, zygote.replies = 0, {}
-    try:
-        zygote.proc.stdout = io.BytesIO(b"not json\n")
-        with pytest.raises(ValueError):
-            zygote._read()
-        assert not zygote.alive()
-        with pytest.raises((RuntimeError, OSError)):
-            zygote.start("/nonexistent", {}, "/dev/null")
-    finally:
-        zygote.proc.kill()
-        zygote.proc.wait()
-
-
-# ---- ResilientExecute: the notebook's own run ----------------------------------------------------------
-
-def _fake_run(fail_at: int, error: BaseException):
-    """Stands in for nbclient's run of the whole notebook: calls preprocess_cell on each cell in turn."""
-    def preprocess(self, nb, resources=None, km=None):
-        for index, cell in enumerate(nb.cells):
-            nb.cells[index], resources = self.preprocess_cell(cell, resources, index)
-        return nb, resources
-
-    def preprocess_cell(self, cell, resources, index):
-        if index == fail_at:
-            raise error
-        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade_id") == "plain":
-            cell.outputs = []  # ran, and passed
-        return cell, resources
-    return preprocess, preprocess_cell
-
-
-@pytest.mark.parametrize("error", [DeadKernelError("kernel died"), RuntimeError("kernel_info timed out"),
-                                   TimeoutError("no reply")], ids=["dead-kernel", "other-error", "timeout"])
-def test_a_failed_notebook_run_keeps_the_notebook(monkeypatch, tmp_path, error):
-    """Any error of the notebook's run: the cell gets an error output, later grade cells that are not
-    kernel tests fail as not run, and the kernel tests are still graded. (The run fails in the solution cell:
-    kernel test cells are never sent to the learner's kernel.)"""
-    preprocess, preprocess_cell = _fake_run(1, error)
-    monkeypatch.setattr(Execute, "preprocess", preprocess)
-    monkeypatch.setattr(Execute, "preprocess_cell", preprocess_cell)
-    monkeypatch.setattr(isolated, "run_test", _passing)
-    nb = _notebook(_test_cell("test_a"), _test_cell("test_b"))
-    nb, resources = ResilientExecute().preprocess(nb, {"metadata": {"path": str(tmp_path)}})
-    assert resources["tritoncourse"]["kernel_died_at"] == 1
-    assert nb.cells[1].outputs[-1]["output_type"] == "error"
-    nb, resources = IsolatedKernelTests(workers=1).preprocess(nb, resources)
-    plain = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "plain")
-    assert plain.outputs[0]["ename"] == "NotRun"
-    assert all(v["ok"] for v in resources["tritoncourse"]["verdicts"].values())
-
-
-def test_a_kernel_that_never_starts_keeps_the_notebook(monkeypatch, tmp_path):
-    """The run fails before any cell: every grade cell that is not a kernel test fails as not run."""
-    def preprocess(self, nb, resources=None, km=None):
-        raise RuntimeError("Kernel didn't respond in 60 seconds")
-
-    monkeypatch.setattr(Execute, "preprocess", preprocess)
-    monkeypatch.setattr(isolated, "run_test", _passing)
-    nb, resources = ResilientExecute().preprocess(_notebook(_test_cell("test_a")), {})
-    assert resources["tritoncourse"]["kernel_died_at"] == -1
-    nb, resources = IsolatedKernelTests(workers=1).preprocess(nb, resources)
-    plain = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "plain")
-    assert plain.outputs[0]["ename"] == "NotRun" and "stopped" in plain.outputs[0]["traceback"][0]
-    assert resources["tritoncourse"]["verdicts"]["test_a"]["ok"]
-
-
 # ---- Real nbgrader: the same failures injected through the course's nbgrader_config.py ------------------
 
 INJECTION = '''
@@ -344,94 +176,3 @@ def test_real_autograde_keeps_every_notebook_when_the_grader_fails(tmp_path):
     tests = [t for t in scores if t.startswith("test_")]
     assert tests and all(scores[t] == 0 for t in tests), scores
     assert all("GRADER ERROR" in feedback[t] and "injected notebook fault" in feedback[t] for t in tests)
-
-
-def _sanitized(monkeypatch, runs):
-    """run_test on the GPU path (compute-sanitizer on), each judge-and-runner run answered by the next of `runs`:
-    (runner's exit code, runner's output, judge's verdict)."""
-    calls = []
-    lost = {"ok": False, "kind": "runner-lost", "message": ""}
-    full = [(code, out, verdict if verdict is not None else lost, 0 if verdict and verdict.get("ok") else 1)
-            for code, out, verdict in runs]
-    monkeypatch.setattr(isolated, "sanitizer_enabled", lambda env=None: True)
-    monkeypatch.setattr(isolated.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(isolated, "_run_pair", _pair(full, calls))
-    outcome = isolated.run_test('"""Checks."""\nassert True\n', isolated.Assembly("", [], []), seed=7, device="cuda")
-    return outcome, calls
-
-
-PASS = {"ok": True, "kind": "pass", "message": ""}
-
-
-def test_a_silent_sanitizer_crash_is_retried_once(monkeypatch):
-    """Seen on an H200 under load: the checking process of a correct kernel died by SIGSEGV with an empty
-    compute-sanitizer report. It is run once more (same seed) before anything is blamed on the kernel."""
-    outcome, calls = _sanitized(monkeypatch, [(-11, "========= COMPUTE-SANITIZER\n", None),
-                                              (0, "========= ERROR SUMMARY: 0 errors\n", PASS)])
-    assert outcome.ok and len(calls) == 2 and calls[0][0].endswith("compute-sanitizer")
-
-
-def test_a_crash_twice_is_the_kernels(monkeypatch):
-    crash = (-11, "========= COMPUTE-SANITIZER\n", None)
-    outcome, calls = _sanitized(monkeypatch, [crash, crash])
-    assert not outcome.ok and outcome.kind == "crash" and len(calls) == 2
-
-
-def test_a_sanitizer_report_is_not_retried(monkeypatch):
-    """An invalid access found by the sanitizer (exit code 86) is the kernel's: no second run."""
-    report = "========= Invalid __global__ read of size 4 bytes\n========= ERROR SUMMARY: 1 error\n"
-    outcome, calls = _sanitized(monkeypatch, [(86, report, None)])
-    assert not outcome.ok and "invalid memory accesses" in outcome.message and len(calls) == 1
-
-
-SANITIZER_READ = """========= COMPUTE-SANITIZER
-========= Invalid __global__ read of size 4 bytes
-=========     at triton_softmax_kernel+0x2a0 in /tmp/x/learner_kernels.py:12
-=========     by thread (96,0,0) in block (2,0,0)
-=========     Address 0x7f0000001000 is out of bounds
-=========     Saved host backtrace up to driver entry point at kernel launch time
-=========         Host Frame: _PyEval_EvalFrameDefault [0x1db2ed] in python3
-========= Invalid __global__ read of size 4 bytes
-=========     at triton_softmax_kernel+0x2a0 in /tmp/x/learner_kernels.py:12
-=========         Host Frame: PyObject_Call [0x14b1d4] in python3
-========= ERROR SUMMARY: 2 errors
-"""
-
-
-def test_a_sanitizer_report_reads_like_the_cpu_fence(monkeypatch):
-    """An out-of-bounds read on the GPU is named as the CPU's fence names it, with the first report and
-    without its host backtrace."""
-    outcome, _ = _sanitized(monkeypatch, [(86, SANITIZER_READ, PASS)])
-    assert "reads past the end" in outcome.message and "Invalid __global__ read" in outcome.message
-    assert "Host Frame" not in outcome.message and "1 more like it (ERROR SUMMARY: 2 errors)" in outcome.message
-
-
-def test_a_failed_check_keeps_its_diagnosis_beside_the_sanitizer(monkeypatch):
-    """The stray reads also made NaN: the check's own diagnosis (which names the cause) comes first."""
-    verdict = {"ok": False, "kind": "fail", "message": "C[0, 3] is NaN: K = 40 is not a multiple of BLOCK_K = 16"}
-    outcome, _ = _sanitized(monkeypatch, [(86, SANITIZER_READ, verdict)])
-    assert outcome.message.startswith("C[0, 3] is NaN") and "compute-sanitizer found" in outcome.message
-
-
-def test_kernel_test_cells_never_reach_the_learners_kernel(monkeypatch, tmp_path):
-    """Their source (the hidden tests, once restored) is never sent to the notebook's kernel: each gets the
-    "graded outside" line, and only the other cells run."""
-    sent = []
-
-    def preprocess(self, nb, resources=None, km=None):
-        for index, cell in enumerate(nb.cells):
-            nb.cells[index], resources = self.preprocess_cell(cell, resources, index)
-        return nb, resources
-
-    def preprocess_cell(self, cell, resources, index):
-        sent.append(cell.source)
-        return cell, resources
-
-    monkeypatch.setattr(Execute, "preprocess", preprocess)
-    monkeypatch.setattr(Execute, "preprocess_cell", preprocess_cell)
-    hidden = _test_cell("test_a")
-    hidden.source += "\n### BEGIN HIDDEN TESTS\nsecret_case = 12345\n### END HIDDEN TESTS\n"
-    nb, _ = ResilientExecute().preprocess(_notebook(hidden), {"metadata": {"path": str(tmp_path)}})
-    assert not any("%%kernel_test" in s or "secret_case" in s for s in sent), sent
-    assert any("assert True" in s for s in sent)  # the plain grade cell still runs
-    assert "Graded in a fresh process outside this notebook" in nb.cells[2].outputs[0]["text"]

@@ -125,31 +125,20 @@ TESTS = ROOT / "tests"
 # Learners' submissions that the suite hands in (not the suite's code): their length is the learner's.
 SUBMISSIONS = {"hostile", "submissions", "artifacts"}
 MAX_LINES = 400
-# Test modules still over MAX_LINES, to be split by concern as tests/test_sandbox.py was (issue 44), each with its
-# length when the rule came: it may shrink, never grow; one split to MAX_LINES or less leaves this list.
-# test_grader_errors.py: 437, one import line more since grading/ is one package per role (issue 44)
-NOT_YET_SPLIT = {"test_checks_attention.py": 430, "test_grader_errors.py": 437}
 
 
 def test_no_test_module_over_400_lines():
     """Every module of tests/ (test modules, support modules, conftest.py) has at most 400 lines, one concern each
-    (issue 44); the modules not yet split are named in NOT_YET_SPLIT and grow no longer."""
-    long, grew = {}, {}
+    (issue 44)."""
+    long = {}
     for path in sorted(TESTS.rglob("*.py")):
         rel = path.relative_to(TESTS)
         if SUBMISSIONS & set(rel.parts[:-1]) or "__pycache__" in rel.parts:
             continue
         lines = len(path.read_text().splitlines())
-        if str(rel) in NOT_YET_SPLIT:
-            if lines > NOT_YET_SPLIT[str(rel)]:
-                grew[str(rel)] = (NOT_YET_SPLIT[str(rel)], lines)
-        elif lines > MAX_LINES:
+        if lines > MAX_LINES:
             long[str(rel)] = lines
     assert not long, f"test modules over {MAX_LINES} lines, split them by concern: {long}"
-    assert not grew, f"modules not yet split grew (lines then, now): {grew}"
-    split = sorted(name for name in NOT_YET_SPLIT
-                   if not (TESTS / name).exists() or len((TESTS / name).read_text().splitlines()) <= MAX_LINES)
-    assert not split, f"{split} are split or gone: take them out of NOT_YET_SPLIT"
 
 
 GRADING = PACKAGE / "grading"
