@@ -3,9 +3,10 @@ sandbox's shared folder, which the kernel (the learner's code) can write, so a s
 Unix socket outside the sandbox, followed by a reconnection, would have the grader's client (root, outside the
 sandbox) connect to that socket, again and again through the heartbeat.
 
-tests/hostile/grader_paths/kernel_links.py is such a notebook, graded here by ResilientExecute (the course's
-nbgrader step) with a listener on the host path its links name: it links all five socket files, stops itself for
-3 s (the heartbeat), then drops its stdin and control connections. Before the fix the listener saw the grader connect
+The hostile class's learner tests/hostile/01_vector_add/hostile_socket_links.py is such a notebook: its cells after
+the kernel are graded here by ResilientExecute (the course's nbgrader step) alone, with a listener on the host path its
+links name: it links all five socket files, stops itself for 2 s (the heartbeat), then drops its stdin and control
+connections. Before the fix the listener saw the grader connect
 (the heartbeat's new sockets, then every dropped channel's reconnection); now the grader connects each channel once,
 after checking each socket file is the kernel's and before any cell runs, never again, and runs no heartbeat: the
 listener sees nothing, the stopped kernel goes on, and the notebook whose channel was dropped is stopped there with a
@@ -26,13 +27,14 @@ from tritoncourse.grading import sandbox
 from tritoncourse.grading.autograde.nbgrader_plugin import ResilientExecute
 
 pytestmark = pytest.mark.slow
-HOSTILE = Path(__file__).resolve().parent / "hostile" / "grader_paths" / "kernel_links.py"
+HOSTILE = Path(__file__).resolve().parent / "hostile" / "01_vector_add" / "hostile_socket_links.py"
 
 
 def test_the_grader_never_connects_where_the_kernel_points_it(tmp_path):
     assert sandbox.problem() is None, sandbox.problem()
     host = tmp_path / "host.sock"
-    cells = HOSTILE.read_text().replace("{{host_socket}}", str(host)).split("# %%\n")
+    text = HOSTILE.read_text().replace("{{host_socket}}", str(host)).replace("{{course}}", str(tmp_path / "course"))
+    cells = text.split("# %% append\n")[1:]  # the learner's cells after its kernel
     nb = new_notebook(cells=[new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     listener = UnixListener(host)

@@ -1,11 +1,11 @@
-# A right kernel, and cells whose notebook kernel points the grader's connections at a Unix socket outside the
-# sandbox (tests/hostile/grader_paths/kernel_links.py's cells): each of its five ipc socket files becomes a link to
-# {{host_socket}} (made by the test, outside the sandbox, listening), then it makes the grader's client connect
-# again: it stops itself for 2 s (an unanswered heartbeat is reconnected), then drops its stdin and control
-# connections (zmq reconnects a dropped connection by the same path). Before issue 42 the grader (root, outside the
-# sandbox) connected there through the heartbeat, again and again; now it never connects to a notebook's kernel
-# again, and the notebook is stopped at the cell that lost a channel (KernelConnectionLost): the kernel tests, graded
-# outside, keep full marks.
+# A right kernel, and cells whose notebook kernel points the grader's connections at a Unix socket outside the sandbox
+# (tests/test_kernel_channels.py also runs these cells alone, through ResilientExecute): each of its five ipc socket
+# files becomes a link to {{host_socket}} (made by the test, outside the sandbox, listening), then it makes the
+# grader's client connect again: it stops itself for 2 s (an unanswered heartbeat is reconnected), then drops its
+# stdin and control connections (zmq reconnects a dropped connection by the same path). Before issue 42 the grader
+# (root, outside the sandbox) connected there through the heartbeat, again and again; now it never connects to a
+# notebook's kernel again, and the notebook is stopped at the cell that lost a channel (KernelConnectionLost): the
+# kernel tests, graded outside, keep full marks.
 @triton.jit
 def triton_vector_add_kernel(
     x_ptr,
