@@ -26,12 +26,7 @@ class Limits:
     @classmethod
     def from_env(cls, env=os.environ) -> "Limits":
         """Defaults, overridden by TRITONCOURSE_SANDBOX_<FIELD> (e.g. TRITONCOURSE_SANDBOX_MEMORY_MB=8192)."""
-        values = {}
-        for name in cls.__dataclass_fields__:
-            raw = env.get(f"TRITONCOURSE_SANDBOX_{name.upper()}")
-            if raw:
-                values[name] = int(raw)
-        return cls(**values)
+        return _from_env(cls, "TRITONCOURSE_SANDBOX_", env)
 
     def sandbox_memory_mb(self) -> int:
         """The cgroup's memory limit for the whole sandbox, in MB (``total_memory_mb``, or its default)."""
@@ -69,12 +64,7 @@ class JudgeLimits:
 
     @classmethod
     def from_env(cls, env=os.environ) -> "JudgeLimits":
-        values = {}
-        for name in cls.__dataclass_fields__:
-            raw = env.get(f"TRITONCOURSE_JUDGE_{name.upper()}")
-            if raw:
-                values[name] = int(raw)
-        return cls(**values)
+        return _from_env(cls, "TRITONCOURSE_JUDGE_", env)
 
     def apply(self, gpu: bool) -> None:
         """Set this process's rlimits (the judge's, first thing in its main): its memory and CPU time. The soft CPU
@@ -87,6 +77,12 @@ class JudgeLimits:
 
     def memory_words(self, gpu: bool) -> str:
         return f"{self.memory_mb} MB of {'data' if gpu else 'address space'}"
+
+
+def _from_env(cls, prefix: str, env):
+    """``cls``'s defaults, each field overridden by the integer in ``env[prefix + FIELD]`` where one is set."""
+    return cls(**{name: int(env[prefix + name.upper()]) for name in cls.__dataclass_fields__
+                  if env.get(prefix + name.upper())})
 
 
 def _lower(which: int, soft: int, hard: int) -> None:
