@@ -6,7 +6,7 @@
 # judge and the sandboxed runner, compute-sanitizer on, no nbgrader), ref (every source notebook's kernel tests,
 # hidden cases included, through `python -m tritoncourse check`: judge and runner unsandboxed), dist (tests/test_distributed.py -k gpu), hog (the hostile memory hog, both
 # graders), nb (the source notebooks executed top to bottom, NB_PAR (3) at once, PHASES (all) of them: their results in
-# $OUT/gpu-results.json, the executed notebooks in the logs), cg (the sandbox's own tests and the memfd/tmpfs hogs under `course grade`: its cgroup on this machine), ln (phase 6 LayerNorm re-recorded, on an H200 only),
+# $OUT/gpu-results.json, the executed notebooks in the logs), hx (tests/test_sandbox_hostile.py with HOSTILE's hostile learners, default issue 42's four), cg (the sandbox's own tests and the memfd/tmpfs hogs under `course grade`: its cgroup on this machine), ln (phase 6 LayerNorm re-recorded, on an H200 only),
 # soak (tests/test_soak.py on Triton's interpreter: SOAK (250) phase-1 notebooks from SOAK_OFFSET (0), half by SOAK_SHARDS
 # (nproc/2) plain nbgrader runs, half by grade --jobs SOAK_GRADE_JOBS (default SOAK_SHARDS), all at once, each run bounded by the
 # time left; leaves $OUT/soak-summary.json; 500 notebooks are three calls of SOAK=170 SOAK_SHARDS=6 SOAK_GRADE_JOBS=8 at
@@ -53,6 +53,8 @@ start() {
           python3 -m pytest -v -rA -s -p no:cacheprovider tests/test_soak.py > $L/$s.log 2>&1 ;;
     nb) timeout -s INT -k 15 $t python3 tools/gpu_check.py --notebooks --parallel ${NB_PAR:-3} --phases "${PHASES:-}" \
           --out $L/nb > $L/$s.log 2>&1; cp results/gpu-results.json $OUT/gpu-results.json ;;
+    hx) TRITONCOURSE_HOSTILE_FIXTURES=${HOSTILE:-hostile_socket_links,hostile_prints_hidden_then_crashes,hostile_judge_memory,hostile_decoy_torch} \
+          timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_sandbox_hostile.py > $L/$s.log 2>&1 ;;
     ln) if nvidia-smi -L | grep -q H200; then timeout -s INT 80 python3 tools/gpu_check.py --bench --sections layer_norm --repeats 5 --out /tmp/gc \
           --where "device machine (bare image, wheels carried)" > $L/$s.log 2>&1; cp results/gpu-results.json $OUT/gpu-results.json; else echo "not an H200" > $L/$s.log; fi ;;
   esac
