@@ -2,6 +2,9 @@
 and turn what it raised into a learner-facing message."""
 from __future__ import annotations
 
+import re
+import traceback
+
 import triton
 
 from ...checking import KernelCheckError, stage
@@ -23,6 +26,31 @@ def require_triton_kernel(kernel, name: str) -> None:
         )
 
 
+def _causes(err: BaseException):
+    seen = 0
+    while err is not None and seen < 4:
+        yield err
+        err, seen = err.__cause__, seen + 1
+
+
+def failed_static_assert(err: BaseException) -> str | None:
+    """The learner's source line of a failed ``tl.static_assert`` ("line 6: `tl.static_assert(B <= N)`"), or None.
+
+    Triton's interpreter raises ``InterpreterError(repr(AssertionError()))``: the message alone is
+    ``AssertionError('')``. The line comes from the assertion's traceback: its own in this process, or the learner's
+    frames the runner sent (``RemoteError.where``) when the kernel ran in the sandbox."""
+    for cause in _causes(err):
+        if type(cause).__name__ != "AssertionError" and getattr(cause, "remote_type", "") != "AssertionError":
+            continue
+        where = getattr(cause, "where", "") or "".join(traceback.format_tb(cause.__traceback__))
+        found = re.findall(r'line (\d+), in [^\n]*\n\s+([^\n]*static_assert\([^\n]*)', where)
+        if found:
+            line, code = found[-1]
+            code = re.sub(r"\s+#[^'\"]*$", "", code.strip())  # a trailing comment, not the assertion
+            return f"line {line}: `{code[:200]}`"
+    return None
+
+
 def explain_launch_error(err: BaseException, name: str, signature: str, context: str) -> KernelCheckError:
     """Turn an exception raised while launching the learner's kernel into a learner-facing message."""
     text = f"{type(err).__name__}: {err}".strip()
@@ -33,6 +61,10 @@ def explain_launch_error(err: BaseException, name: str, signature: str, context:
         hint = "the kernel is not written yet: replace `raise NotImplementedError()` with your code."
     elif isinstance(err, TypeError) and ("argument" in str(err) or "positional" in str(err)):
         hint = f"the kernel's signature must be exactly `{signature}`."
+    elif (assertion := failed_static_assert(err)) is not None:
+        hint = (f"a `tl.static_assert` in your kernel failed, {assertion}. The test launched the kernel with "
+                "values its contract allows (the block sizes and shapes described above the kernel): an assertion "
+                "stricter than the contract fails on them. Relax it, or handle that case in the kernel.")
     elif isinstance(err, triton.CompilationError) or "CompilationError" in type(err).__name__:
         hint = "Triton could not compile the kernel; the line and the reason are above."
     else:
