@@ -141,6 +141,18 @@ class TestDiagnose:
         partial[3, 5] = mr.UNWRITTEN
         assert "never written, the first at row 3, column 5" in self.said(partial)
 
+    @pytest.mark.parametrize("group", [1, 2, 8])
+    def test_a_kernel_written_for_a_1d_grid_is_named(self, group):
+        """Triton's tutorial maps tl.program_id(0) alone to a tile (row-major, or grouped by GROUP_SIZE_M row tiles);
+        under the course's 2-D grid only the first cdiv(M, BLOCK_M) tiles of that order are written."""
+        out = torch.relu(self.lin)
+        unwritten = mr._one_d_mapping_unwritten(self.M, self.N, self.BM, self.BN, group)
+        assert unwritten.any() and not torch.equal(unwritten, mr._swapped_ids_unwritten(self.M, self.N, self.BM,
+                                                                                          self.BN))
+        said = self.said(torch.where(unwritten, mr.UNWRITTEN, out))
+        assert "written for a 1-D grid" in said and "program_id(1) is never read" in said, said
+        assert ("row-major" in said) == (group == 1) and "swapped" not in said
+
     def test_nan_from_the_k_tail(self):
         out = torch.relu(self.lin)
         out[-1] = float("nan")

@@ -12,6 +12,7 @@ import torch
 import triton
 
 from ...benchmarking import cpu_do_bench
+from ..common.launch import BOUNDARY_CHECK_HINT
 from ...checking import (OUTPUT_SENTINEL, Case, KernelCheckError, compare, fence_supported, fenced_copy, fresh_seed,
                          generator, shown, size_kind, stage, tiles_kind)
 from ...device import infer_device
@@ -182,7 +183,8 @@ def _run_matmul_case(fn, a: torch.Tensor, b: torch.Tensor, meta: dict, *, contex
         raise KernelCheckError(
             f"{shown(f'{stray} element(s)', 'Elements')} outside C were written ({context}).\n"
             "Likely cause: the tl.store is not masked "
-            "with (rows < M) & (columns < N), or C is not addressed with stride_cm and stride_cn.")
+            f"with (rows < M) & (columns < N){BOUNDARY_CHECK_HINT}, or C is not addressed with stride_cm and "
+            "stride_cn.")
     atol, rtol, _ = MATMUL_TOLERANCE
     ok, msg = compare(gc.view, expected, atol=atol, rtol=rtol, name="C")
     if not ok:

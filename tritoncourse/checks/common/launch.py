@@ -10,6 +10,12 @@ import triton
 from ...checking import KernelCheckError, stage
 
 
+# The ragged-store hints' words for kernels that store through a block pointer (tl.make_block_ptr, as upstream code
+# often does): there the mask is boundary_check, over the block's dimensions.
+BOUNDARY_CHECK_HINT = " (for a block-pointer store, tl.store(block_ptr, ...): boundary_check=(0, 1))"
+BOUNDARY_CHECK_HINT_ROWS = "; a block-pointer store, tl.store(block_ptr, ...), needs boundary_check=(0,)"
+
+
 def _kernel_types() -> tuple[type, ...]:
     # jit_types: Triton's own kernel classes, one home for both sides
     from ...grading.channel.rpc import RemoteJit, jit_types

@@ -27,8 +27,8 @@ import triton
 from ...checking import (Case, KernelCheckError, compare, fence_supported, fresh_seed, shown, size_kind, stage,
                          tiles_kind)
 from ...device import infer_device
-from ..common.launch import explain_launch_error, launch, require_triton_kernel
-from .diagnosis import _stride_hint, _swapped_ids_unwritten, diagnose
+from ..common.launch import BOUNDARY_CHECK_HINT, explain_launch_error, launch, require_triton_kernel
+from .diagnosis import _one_d_mapping_unwritten, _stride_hint, _swapped_ids_unwritten, diagnose
 from .inputs import (LAYOUTS, MIN_BLOCK, NAME, PATTERNS, SIGNATURE, TOLERANCE, UNWRITTEN, _fenced, _linear,
                      _pad, _place, _place_output, _relu_in_loop, _where, dropped_k_output, make_inputs,
                      matmul_relu_ref, tolerance_catches)
@@ -100,8 +100,8 @@ def check_matmul_relu(kernel, M: int, N: int, K: int, block_m: int = 32, block_n
                 if layout_c != "contiguous" else "")
         raise KernelCheckError(
             f"{shown(f'{stray} element(s)', 'Elements')} outside C were written; the first at {where} ({context}).\n"
-            "Likely cause: the tl.store is not masked with (rows < M) & (columns < N), so the last tiles' "
-            f"rows past M or columns past N are written{also}.")
+            "Likely cause: the tl.store is not masked with (rows < M) & (columns < N)"
+            f"{BOUNDARY_CHECK_HINT}, so the last tiles' rows past M or columns past N are written{also}.")
     atol, rtol, _ = TOLERANCE
     ok, msg = compare(c_view, expected, atol=atol, rtol=rtol, name="C")
     if not ok:
@@ -131,5 +131,5 @@ def check_matmul_relu(kernel, M: int, N: int, K: int, block_m: int = 32, block_n
 
 __all__ = ["NAME", "SIGNATURE", "MIN_BLOCK", "LAYOUTS", "PATTERNS", "UNWRITTEN", "TOLERANCE", "make_inputs",
            "matmul_relu_ref", "dropped_k_output", "tolerance_catches", "run_matmul_relu", "diagnose",
-           "check_matmul_relu", "_linear", "_relu_in_loop", "_place", "_place_output", "_swapped_ids_unwritten",
+           "check_matmul_relu", "_linear", "_relu_in_loop", "_place", "_place_output", "_swapped_ids_unwritten", "_one_d_mapping_unwritten",
            "_stride_hint"]

@@ -26,6 +26,29 @@ def _swapped_ids_unwritten(M: int, N: int, block_m: int, block_n: int) -> torch.
     return ~(rows[:, None] & cols[None, :])
 
 
+def _one_d_mapping_unwritten(M: int, N: int, block_m: int, block_n: int, group: int) -> torch.Tensor:
+    """The elements a kernel written for a 1-D grid never writes when the course's 2-D grid launches it: it reads only
+    tl.program_id(0) (0 .. cdiv(M, BLOCK_M) - 1 here) as the linear tile id of Triton's tutorial, mapped to tiles in
+    groups of ``group`` row tiles (``group`` 1: row-major order)."""
+    grid_m, grid_n = triton.cdiv(M, block_m), triton.cdiv(N, block_n)
+    written = torch.zeros(grid_m, grid_n, dtype=torch.bool)
+    in_group = group * grid_n
+    for pid in range(grid_m):
+        first_m = pid // in_group * group
+        size_m = min(grid_m - first_m, group)
+        written[first_m + pid % in_group % size_m, pid % in_group // size_m] = True
+    tiles = written.repeat_interleave(block_m, 0).repeat_interleave(block_n, 1)
+    return ~tiles[:M, :N]
+
+
+def _one_d_mapping_group(unwritten: torch.Tensor, M: int, N: int, block_m: int, block_n: int) -> int | None:
+    """The group size of a 1-D tile mapping whose unwritten elements are exactly ``unwritten``, or None."""
+    for group in range(1, triton.cdiv(M, block_m) + 1):
+        if torch.equal(unwritten, _one_d_mapping_unwritten(M, N, block_m, block_n, group)):
+            return group
+    return None
+
+
 def _stride_hint(a, b, c, layouts: tuple[str, str, str]) -> str:
     names = []
     for label, t, lay, s in (("A", a, layouts[0], ("stride_am", "stride_ak")),
@@ -169,7 +192,23 @@ def diagnose(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, block_m: int, 
     if unwritten.any():
         n_un = int(unwritten.sum())
         r, c = unwritten.nonzero()[0].tolist()
-        if torch.equal(unwritten, _swapped_ids_unwritten(M, N, block_m, block_n)):
+        group = _one_d_mapping_group(unwritten, M, N, block_m, block_n)
+        swapped = torch.equal(unwritten, _swapped_ids_unwritten(M, N, block_m, block_n))
+        if group is not None:
+            grid_m = triton.cdiv(M, block_m)
+            order = ("in row-major order" if group == 1 else f"grouped, GROUP_SIZE_M >= {grid_m}: column by column"
+                     if group == grid_m else f"grouped by GROUP_SIZE_M = {group} row tiles")
+            order = shown(order, "in a grouped or row-major order")
+            also = (" (or the program ids look swapped: on this test's grid the two leave the same tiles unwritten)"
+                    if swapped else "")
+            grid = shown(f" = ({triton.cdiv(M, block_m)}, {triton.cdiv(N, block_n)})", "")
+            return (f"{shown(f'{n_un} elements', 'Elements')} of C were never written, in whole tiles, as by a kernel "
+                    f"written for a 1-D grid{also}: it maps tl.program_id(0) alone to a tile ({order}, as in "
+                    f"Triton's matmul tutorial), but this course launches a 2-D grid (cdiv(M, BLOCK_M), "
+                    f"cdiv(N, BLOCK_N)){grid}, so program_id(0) only counts the row tiles and program_id(1) is "
+                    "never read. Take pid_m = tl.program_id(0) and pid_n = tl.program_id(1), or, to keep a grouped "
+                    "order, start from the linear id pid = tl.program_id(1) * tl.cdiv(M, BLOCK_M) + tl.program_id(0).")
+        if swapped:
             grid = shown(f" = ({triton.cdiv(M, block_m)}, {triton.cdiv(N, block_n)})", "")
             return (f"{shown(f'{n_un} elements', 'Elements')} of C were never written, in whole tiles: the program "
                     f"ids look swapped. The grid is (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)){grid}: rows come from "

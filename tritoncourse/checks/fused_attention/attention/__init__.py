@@ -33,7 +33,7 @@ from ....checking import (OUTPUT_SENTINEL, Case, KernelCheckError, compare, fenc
                           size_kind, stage)
 from ....device import infer_device
 from ....tolerances import ATTENTION_LSE as LSE_TOLERANCE, ROUNDOFF, TF32_ROUNDOFF  # unit roundoffs; LSE's tolerance
-from ...common.launch import launch, require_triton_kernel
+from ...common.launch import BOUNDARY_CHECK_HINT_ROWS, launch, require_triton_kernel
 from .diagnosis import (_attention_diagnose, _input_stride_replays, _lse_diagnose, _output_stride_cause,
                         _replays, _scale_candidates, _tiled)
 from .inputs import (DTYPES, HALF, LAYOUT_WORDS, LAYOUTS, MIN_BLOCK, PRESETS, ROW_LETTER, TENSORS, Placed,
@@ -61,7 +61,7 @@ def _stray_cause(what: str, seq_len: int, block_m: int, o_layout: str) -> str:
     if seq_len % block_m:
         return ("the tl.store of the query tile is not masked with rows < seq_len (the last tile has rows past "
                 f"seq_len{shown(f' = {seq_len}', '')} when it is not a multiple of BLOCK_M"
-                f"{shown(f' = {block_m}', '')}){strides}.")
+                f"{shown(f' = {block_m}', '')}){BOUNDARY_CHECK_HINT_ROWS}{strides}.")
     where = ("o_ptr + batch*stride_ob + head*stride_oh + row*stride_om + d*stride_od" if what == "O" else
              "lse_ptr + (batch * n_heads + head) * seq_len + row")
     return (f"every query tile is whole here (seq_len{shown(f' = {seq_len}', '')} is a multiple of BLOCK_M"
