@@ -11,8 +11,9 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-# Tests run on the CPU interpreter unless a GPU is present; the course's helpers are imported from the repo.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Tests run on the CPU interpreter unless a GPU is present; the course's helpers are imported from the repo, the
+# tests' own support modules (tests/support/) by their bare names.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cpu_profile  # noqa: E402

@@ -1,13 +1,13 @@
 #!/bin/bash
 # Developers only, on the device machine (`run` with carry [".whl"]; .whl/ from tools/device-wheels.sh): installs the
 # carried wheels into /opt/site, then runs the named suites, PAR (2) at a time, none started with less than MIN (150)
-# seconds left of BUDGET, and leaves $OUT/batch.log and $OUT/logs.tgz. Suites: g01..g06 (tests/test_grading.py -k the
-# phase, sandboxed, compute-sanitizer on), v01..v06 (tests/test_verdicts.py -k the phase: every fixture through the
+# seconds left of BUDGET, and leaves $OUT/batch.log and $OUT/logs.tgz. Suites: g01..g06 (tests/workflows/test_grading.py -k the
+# phase, sandboxed, compute-sanitizer on), v01..v06 (tests/judged/test_verdicts.py -k the phase: every fixture through the
 # judge and the sandboxed runner, compute-sanitizer on, no nbgrader), ref (every source notebook's kernel tests,
-# hidden cases included, through `python -m tritoncourse check`: judge and runner unsandboxed), dist (tests/test_distributed.py -k gpu), hog (the hostile memory hog, both
+# hidden cases included, through `python -m tritoncourse check`: judge and runner unsandboxed), dist (tests/workflows/test_distributed.py -k gpu), hog (the hostile memory hog, both
 # graders), nb (the source notebooks executed top to bottom, NB_PAR (3) at once, PHASES (all) of them: their results in
-# $OUT/gpu-results.json, the executed notebooks in the logs), hx (tests/test_sandbox_hostile.py with HOSTILE's hostile learners, default issue 42's four), cg (the sandbox's own tests and the memfd/tmpfs hogs under `course grade`: its cgroup on this machine), ln (phase 6 LayerNorm re-recorded, on an H200 only),
-# soak (tests/test_soak.py on Triton's interpreter: SOAK (250) phase-1 notebooks from SOAK_OFFSET (0), half by SOAK_SHARDS
+# $OUT/gpu-results.json, the executed notebooks in the logs), hx (tests/workflows/test_sandbox_hostile.py with HOSTILE's hostile learners, default issue 42's four), cg (the sandbox's own tests and the memfd/tmpfs hogs under `course grade`: its cgroup on this machine), ln (phase 6 LayerNorm re-recorded, on an H200 only),
+# soak (tests/workflows/test_soak.py on Triton's interpreter: SOAK (250) phase-1 notebooks from SOAK_OFFSET (0), half by SOAK_SHARDS
 # (nproc/2) plain nbgrader runs, half by grade --jobs SOAK_GRADE_JOBS (default SOAK_SHARDS), all at once, each run bounded by the
 # time left; leaves $OUT/soak-summary.json; 500 notebooks are three calls of SOAK=170 SOAK_SHARDS=6 SOAK_GRADE_JOBS=8 at
 # SOAK_OFFSET=0, 170, 340: about 310 s each on an H200 machine's 16 cores, 2026-11-26). FIXTURES overrides the fixtures graded, SHARDS (3) the
@@ -35,26 +35,26 @@ start() {
   local s=$1 t; t=$(left); [ $t -lt ${MIN:-150} ] && { el "no time for $s"; return; }
   el "start $s with $t s"
   case $s in
-    g0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_grading.py -k ${PH[$s]} > $L/$s.log 2>&1 ;;
-    v0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_verdicts.py -k ${PH[g${s#v}]} > $L/$s.log 2>&1 ;;
+    g0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/workflows/test_grading.py -k ${PH[$s]} > $L/$s.log 2>&1 ;;
+    v0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/judged/test_verdicts.py -k ${PH[g${s#v}]} > $L/$s.log 2>&1 ;;
     ref) for p in 01_vector_add 02_softmax 03_matmul_relu 04_benchmarking 05_autotuning 06_fused_attention; do
            timeout -s INT -k 15 $t python3 -m tritoncourse check source/$p/$p.ipynb; done > $L/$s.log 2>&1 ;;
-    cg) { timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_sandbox_isolation.py \
-            tests/test_sandbox_bounds.py tests/test_sandbox_cgroups.py
+    cg) { timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/grader/test_sandbox_isolation.py \
+            tests/grader/test_sandbox_bounds.py tests/grader/test_sandbox_cgroups.py
           TRITONCOURSE_HOSTILE_FIXTURES=hostile_memfd_hog,hostile_tmpfs_hog timeout -s INT -k 15 $(left) python3 -m pytest -v -rA \
-            -p no:cacheprovider tests/test_sandbox_hostile.py -k "hostile_learner_loses or learners_before or nothing_is_left"; } > $L/$s.log 2>&1 ;;
-    dist) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider -s tests/test_distributed.py -k gpu > $L/$s.log 2>&1 ;;
+            -p no:cacheprovider tests/workflows/test_sandbox_hostile.py -k "hostile_learner_loses or learners_before or nothing_is_left"; } > $L/$s.log 2>&1 ;;
+    dist) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider -s tests/workflows/test_distributed.py -k gpu > $L/$s.log 2>&1 ;;
     hog) TRITONCOURSE_HOSTILE_FIXTURES=hostile_memory_hog timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider \
-      tests/test_sandbox_bounds.py tests/test_sandbox_hostile.py -k "memory_hog or learners_before or course_tree or forged or nothing_is_left or ends_in_time" > $L/$s.log 2>&1 ;;
+      tests/grader/test_sandbox_bounds.py tests/workflows/test_sandbox_hostile.py -k "memory_hog or learners_before or course_tree or forged or nothing_is_left or ends_in_time" > $L/$s.log 2>&1 ;;
     soak) TRITON_INTERPRET=1 TRITONCOURSE_SOAK=${SOAK:-250} TRITONCOURSE_SOAK_OFFSET=${SOAK_OFFSET:-0} \
           TRITONCOURSE_SOAK_SHARDS=${SOAK_SHARDS:-$(( $(nproc) / 2 ))} TRITONCOURSE_SOAK_GRADE_JOBS=${SOAK_GRADE_JOBS:-} \
           OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} TRITONCOURSE_SOAK_RUN_BOUND=$(( t - 120 )) \
           TRITONCOURSE_SOAK_SUMMARY=$OUT/soak-summary.json TRITONCOURSE_SOAK_LOGS=$L/soak timeout -s INT -k 15 $t \
-          python3 -m pytest -v -rA -s -p no:cacheprovider tests/test_soak.py > $L/$s.log 2>&1 ;;
+          python3 -m pytest -v -rA -s -p no:cacheprovider tests/workflows/test_soak.py > $L/$s.log 2>&1 ;;
     nb) timeout -s INT -k 15 $t python3 tools/gpu_check.py --notebooks --parallel ${NB_PAR:-3} --phases "${PHASES:-}" \
           --out $L/nb > $L/$s.log 2>&1; cp results/gpu-results.json $OUT/gpu-results.json ;;
     hx) TRITONCOURSE_HOSTILE_FIXTURES=${HOSTILE:-hostile_socket_links,hostile_prints_hidden_then_crashes,hostile_judge_memory,hostile_decoy_torch} \
-          timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/test_sandbox_hostile.py > $L/$s.log 2>&1 ;;
+          timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/workflows/test_sandbox_hostile.py > $L/$s.log 2>&1 ;;
     ln) if nvidia-smi -L | grep -q H200; then timeout -s INT 80 python3 tools/gpu_check.py --bench --sections layer_norm --repeats 5 --out /tmp/gc \
           --where "device machine (bare image, wheels carried)" > $L/$s.log 2>&1; cp results/gpu-results.json $OUT/gpu-results.json; else echo "not an H200" > $L/$s.log; fi ;;
   esac

@@ -7,7 +7,7 @@
                 TRITONCOURSE_HEADLESS=1 (each widget draws once with its defaults, GPU timers included, and
                 creates no ipywidget); executed notebooks and nbclient's DEBUG log (<notebook>.nbclient.log)
                 go to --out;
-2. --grading:   runs tests/test_grading.py (real nbgrader autograde of the references and the wrong-kernel
+2. --grading:   runs tests/workflows/test_grading.py (real nbgrader autograde of the references and the wrong-kernel
                 suites) on the GPU;
 3. --bench:     benchmarks the reference kernels (taken from the source notebooks) side by side with torch
                 eager and torch.compile, plus the device's copy bandwidth and cuBLAS peak; providers are
@@ -148,7 +148,7 @@ def run_notebooks(out: Path, phases: list[str], parallel: int = 1, cell_timeout:
 def run_grading(out: Path, phases: list[str]) -> dict:
     start = time.time()
     select = ["-k", " or ".join(phases)] if phases else []
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "tests/test_grading.py",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "tests/workflows/test_grading.py",
                            "-p", "no:cacheprovider", *select], cwd=ROOT, capture_output=True, text=True)
     (out / "grading.log").write_text(proc.stdout + proc.stderr)
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
@@ -182,7 +182,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="With no step flag, all three steps run. Needs an NVIDIA GPU.")
     parser.add_argument("--notebooks", action="store_true", help="execute the source notebooks on the GPU")
-    parser.add_argument("--grading", action="store_true", help="run tests/test_grading.py (real nbgrader)")
+    parser.add_argument("--grading", action="store_true", help="run tests/workflows/test_grading.py (real nbgrader)")
     parser.add_argument("--bench", action="store_true", help="benchmark and record results/gpu-results.json")
     parser.add_argument("--sections", default=",".join(BENCHMARKS),
                         help=f"comma-separated benchmark sections (--bench; default: all of {', '.join(BENCHMARKS)})")
