@@ -33,7 +33,7 @@ PYTHON_FITS := import sys; v = sys.version_info[:3]; sys.exit(not (($(subst .,$(
 help:
 	@echo "make lab            build .venv (first time) and open JupyterLab on notebooks/"
 	@echo "make test           run the whole test suite (pytest)"
-	@echo "make test-fast      the fast tiers only: no nbgrader autograde, no fixture grading, no browser, no Docker"
+	@echo "make test-fast      tests/units/ only (the inner loop): no nbgrader, no grading sandbox, no browser, no Docker"
 	@echo "make check PHASE=01_vector_add   check one of your notebooks from the terminal (exit code 0 = pass)"
 	@echo "make reset PHASE=01_vector_add   back up your notebook and restore the released version"
 	@echo "make submit PHASE=01_vector_add STUDENT=you   check a notebook, write submissions/you__01_vector_add.ipynb"
@@ -118,7 +118,8 @@ TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ 
 test: system-deps venv
 	$(PY) -m pytest -q $$([ "$(TEST_JOBS)" != 0 ] && echo "-n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder") --durations=25
 
-# The inner loop: everything but the slow tiers (real nbgrader autograde, every fixture judged, browser, Docker).
+# The inner loop: the first tier, tests/units/; tests/conftest.py marks every other tier's folder slow (every fixture
+# judged, the grader's parts, real nbgrader, the browser, Docker, the hub). tests/README.md: the pyramid.
 test-fast: system-deps venv
 	$(PY) -m pytest -q -m "not slow" --durations=10
 
