@@ -20,7 +20,7 @@ GRADE_FLAGS ?=
 JUPYTER_PORT ?= 8888
 # The Pythons the pinned packages install on (requirements/lock.txt): soupsieve 4.1.2 needs 3.11.5 (numpy 2.3.5,
 # matplotlib 3.11.2, nbgrader 0.9.6 need 3.11), triton 3.6.0 has no wheels past 3.14, networkx 3.6.1 refuses
-# 3.14.1. pyproject.toml's requires-python says the same; tests/test_python_claim.py checks both against the lock.
+# 3.14.1. pyproject.toml's requires-python says the same; tests/units/test_python_claim.py checks both against the lock.
 PYTHON_MIN := 3.11.5
 PYTHON_BELOW := 3.15
 PYTHON_NOT := 3.14.1
@@ -112,7 +112,7 @@ system-deps:
 	@bash tools/system-deps.sh
 
 # The whole suite on pytest-xdist workers, one a core up to 4 (TEST_JOBS=N to choose; TEST_JOBS=0: one process).
-# tests/scheduling.py keeps tests that share a class fixture on one worker; on CI's 2 cores, 2 workers ran it in
+# tests/support/scheduling.py keeps tests that share a class fixture on one worker; on CI's 2 cores, 2 workers ran it in
 # 1752 s instead of 2737 s (2026-11-26, tests/README.md).
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -ge 2 ] && echo $$n || echo 0)
 test: system-deps venv

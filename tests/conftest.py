@@ -39,8 +39,8 @@ def _tier(item) -> str:
 
 
 def pytest_configure(config):
-    scheduling.controller_setup(config)  # make test: -n N --dist loadgroup (tests/scheduling.py)
-    cpu_profile.register(config)  # TRITONCOURSE_CPU_PROFILE=file: wall against CPU per test (tests/cpu_profile.py)
+    scheduling.controller_setup(config)  # make test: -n N --dist loadgroup (tests/support/scheduling.py)
+    cpu_profile.register(config)  # TRITONCOURSE_CPU_PROFILE=file: wall vs CPU per test (tests/support/cpu_profile.py)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def serial_baseline(tmp_path_factory):
-    """Phase 1's class graded once by plain serial `nbgrader autograde` (tests/baseline.py): the grades the
+    """Phase 1's class graded once by plain serial `nbgrader autograde` (tests/support/baseline.py): the grades the
     classroom, Dask, PostgreSQL, Slurm and container gradings must equal."""
     from baseline import grade_baseline, shared_baseline
 
