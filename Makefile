@@ -20,7 +20,7 @@ GRADE_FLAGS ?=
 JUPYTER_PORT ?= 8888
 # The Pythons the pinned packages install on (requirements/lock.txt): soupsieve 4.1.2 needs 3.11.5 (numpy 2.3.5,
 # matplotlib 3.11.2, nbgrader 0.9.6 need 3.11), triton 3.6.0 has no wheels past 3.14, networkx 3.6.1 refuses
-# 3.14.1. pyproject.toml's requires-python says the same; tests/test_python_claim.py checks both against the lock.
+# 3.14.1. pyproject.toml's requires-python says the same; tests/units/test_python_claim.py checks both against the lock.
 PYTHON_MIN := 3.11.5
 PYTHON_BELOW := 3.15
 PYTHON_NOT := 3.14.1
@@ -33,7 +33,7 @@ PYTHON_FITS := import sys; v = sys.version_info[:3]; sys.exit(not (($(subst .,$(
 help:
 	@echo "make lab            build .venv (first time) and open JupyterLab on notebooks/"
 	@echo "make test           run the whole test suite (pytest)"
-	@echo "make test-fast      the fast tiers only: no nbgrader autograde, no fixture grading, no browser, no Docker"
+	@echo "make test-fast      tests/units/ only (the inner loop): no nbgrader, no grading sandbox, no browser, no Docker"
 	@echo "make check PHASE=01_vector_add   check one of your notebooks from the terminal (exit code 0 = pass)"
 	@echo "make reset PHASE=01_vector_add   back up your notebook and restore the released version"
 	@echo "make submit PHASE=01_vector_add STUDENT=you   check a notebook, write submissions/you__01_vector_add.ipynb"
@@ -112,13 +112,14 @@ system-deps:
 	@bash tools/system-deps.sh
 
 # The whole suite on pytest-xdist workers, one a core up to 4 (TEST_JOBS=N to choose; TEST_JOBS=0: one process).
-# tests/scheduling.py keeps tests that share a class fixture on one worker; on CI's 2 cores, 2 workers ran it in
+# tests/support/scheduling.py keeps tests that share a class fixture on one worker; on CI's 2 cores, 2 workers ran it in
 # 1752 s instead of 2737 s (2026-11-26, tests/README.md).
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -ge 2 ] && echo $$n || echo 0)
 test: system-deps venv
 	$(PY) -m pytest -q $$([ "$(TEST_JOBS)" != 0 ] && echo "-n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder") --durations=25
 
-# The inner loop: everything but the slow tiers (real nbgrader autograde, every fixture judged, browser, Docker).
+# The inner loop: the first tier, tests/units/; tests/conftest.py marks every other tier's folder slow (every fixture
+# judged, the grader's parts, real nbgrader, the browser, Docker, the hub). tests/README.md: the pyramid.
 test-fast: system-deps venv
 	$(PY) -m pytest -q -m "not slow" --durations=10
 

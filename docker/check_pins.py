@@ -4,7 +4,7 @@ from torch-gpu.txt (a CUDA build) or torch-cpu.txt (a CPU build).
     python docker/check_pins.py requirements        # the folder holding lock.txt and torch-*.txt
 
 The image build runs it after installing, so an image whose packages drifted from the lock is never
-built; tests/test_environment.py runs it on .venv. Exit code 0 when everything matches.
+built; tests/system/test_environment.py runs it on .venv. Exit code 0 when everything matches.
 """
 from __future__ import annotations
 

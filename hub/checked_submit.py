@@ -24,9 +24,9 @@ What nbgrader 0.9's own submit does not do:
 And one thing nbgrader's Assignment List gets wrong: its Submit runs inside the learner's server, which the hub stops
 with SIGINT, and it catches every exception of a submit, KeyboardInterrupt included. A server stopped mid-submission
 would show the learner an "Invalid Submission" traceback ending in ``KeyboardInterrupt`` and keep running until the
-hub's SIGTERM (JupyterHub's ``interrupt_timeout``, 30 s; the server took 28.5 s to stop in tests/test_hub.py). Here,
-inside a server, the learner is told what happened instead, and the interrupt is raised again half a second later (the
-answer on its way), so the server stops as the hub asked. In a terminal (``nbgrader submit``) an interrupt stays an
+hub's SIGTERM (JupyterHub's ``interrupt_timeout``, 30 s; the server took 28.5 s to stop in tests/system/test_hub.py).
+Here, inside a server, the learner is told what happened instead, and the interrupt is raised again half a second later
+(the answer on its way), so the server stops as the hub asked. In a terminal (``nbgrader submit``) an interrupt stays an
 interrupt.
 """
 from __future__ import annotations

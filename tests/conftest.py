@@ -26,30 +26,33 @@ from tritoncourse.device import setup_device  # noqa: E402
 DEVICE = setup_device()
 os.environ.pop("TRITONCOURSE_SEED", None)
 
-# Modules whose every test grades (real nbgrader autograde, or every fixture through the sandboxed judge and
-# runner): `make test-fast` (-m "not slow") leaves them out, with the tests marked slow one by one elsewhere
-# (browser, Docker, a class graded). tests/README.md: the pyramid.
-SLOW_MODULES = {"test_grading", "test_verdicts", "test_judge", "test_judge_bounds",
-                "test_sandbox_isolation", "test_sandbox_bounds", "test_sandbox_cgroups", "test_sandbox_hostile",
-                "test_bounded_grading", "test_soak", "test_links", "test_restore_deleted_cells", "test_resilient_execute",
-                "test_destructive_steps"}
+# The pyramid's tiers by folder (tests/README.md): `make test-fast` (-m "not slow") runs tests/units/ alone; every
+# test of the slower tiers' folders is marked slow here (real nbgrader, every fixture judged, the sandbox, the
+# browser, Docker, a hub), as are tests marked slow one by one in units/ (none today).
+TESTS = Path(__file__).resolve().parent
+SLOW_TIERS = {"judged", "grader", "workflows", "system"}
+
+
+def _tier(item) -> str:
+    """The tier folder of a test (tests/units/test_x.py -> units)."""
+    return Path(item.path).resolve().relative_to(TESTS).parts[0]
 
 
 def pytest_configure(config):
-    scheduling.controller_setup(config)  # make test: -n N --dist loadgroup (tests/scheduling.py)
-    cpu_profile.register(config)  # TRITONCOURSE_CPU_PROFILE=file: wall against CPU per test (tests/cpu_profile.py)
+    scheduling.controller_setup(config)  # make test: -n N --dist loadgroup (tests/support/scheduling.py)
+    cpu_profile.register(config)  # TRITONCOURSE_CPU_PROFILE=file: wall vs CPU per test (tests/support/cpu_profile.py)
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+        if _tier(item) in SLOW_TIERS:
             item.add_marker(pytest.mark.slow)
     scheduling.worker_groups(config, items)
 
 
 @pytest.fixture(scope="session")
 def serial_baseline(tmp_path_factory):
-    """Phase 1's class graded once by plain serial `nbgrader autograde` (tests/baseline.py): the grades the
+    """Phase 1's class graded once by plain serial `nbgrader autograde` (tests/support/baseline.py): the grades the
     classroom, Dask, PostgreSQL, Slurm and container gradings must equal."""
     from baseline import grade_baseline, shared_baseline
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A Docker engine for tests/test_container.py (the images built and run), on Debian or Ubuntu:
+# A Docker engine for tests/system/test_container.py (the images built and run), on Debian or Ubuntu:
 #   docker.io     Debian's engine (dockerd, containerd, runc) and its client /usr/bin/docker (BuildKit built in)
 #   debootstrap   makes the tests' local base image (no base image can be pulled on CI's machines)
 # then starts dockerd (systemd where it runs, else in the background, logging to /var/log/dockerd.log)

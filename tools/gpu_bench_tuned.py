@@ -26,7 +26,7 @@ def bench_autotuning(repeats: int, peaks: dict) -> dict:
     """Phase 5: the autotuned kernels of the reference notebook against the earlier phases' fixed choices and
     torch, plus the tables the phase-5 notebook reads back on the CPU: vector_add_sweep (sweep_widget),
     matmul_sweep (show_recorded_table), softmax_sweep, and resources (the GPU's n_regs, n_spills and shared
-    memory per config, which tests/test_compiled.py compares with a compile on the CPU). About two minutes on an
+    memory per config, which tests/units/test_compiled.py compares with a compile on the CPU). About two minutes on an
     H200."""
     import torch
     import triton

@@ -12,8 +12,8 @@ venv_log=$(mktemp)
 (make venv && .venv/bin/python -m pip install -q -r requirements/test.txt) >"$venv_log" 2>&1 &
 venv_pid=$!
 bash tools/system-deps.sh
-# A Docker engine for tests/test_container.py (root only; without one those tests skip and say why).
-bash tools/docker-engine.sh || echo "install-ci-deps: no Docker engine: tests/test_container.py will skip"
+# A Docker engine for tests/system/test_container.py (root only; without one those tests skip and say why).
+bash tools/docker-engine.sh || echo "install-ci-deps: no Docker engine: tests/system/test_container.py will skip"
 venv_ok=0
 wait "$venv_pid" || venv_ok=$?
 cat "$venv_log"

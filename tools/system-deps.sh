@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The system parts `make test` needs beyond Python (Debian or Ubuntu package names):
 #   bubblewrap        the grading sandbox (tritoncourse/grading/sandbox/): every learner process in grading
-#   chromium          Debian's headless browser for tests/test_browser.py
+#   chromium          Debian's headless browser for tests/system/test_browser.py
 #   docker-compose    Debian's 1.29, validates docker/compose.yaml with no Docker engine
 #   fonts-dejavu-core fonts for the browser's screenshots
-#   postgresql        Debian's PostgreSQL server for tests/test_distributed.py (started by the test itself)
+#   postgresql        Debian's PostgreSQL server for tests/workflows/test_distributed.py (started by the test itself)
 #   slurmd slurmctld slurm-client munge
-#                     a one-node Slurm for tests/test_distributed.py's `grade --cluster slurm` (started by the test)
+#                     a one-node Slurm for tests/workflows/test_distributed.py's `grade --cluster slurm` (started by the test)
 #   nodejs npm passwd login libpam0g, and npm's configurable-http-proxy (pinned)
-#                     the course's JupyterHub (hub/, tests/test_hub.py); `system-deps.sh hub` installs only these
-#   nginx-light       tests/test_hub_proxy.py serves hub/nginx-tritonhub.conf (the hub's TLS example); not for `make hub`
+#                     the course's JupyterHub (hub/, tests/system/test_hub.py); `system-deps.sh hub` installs only these
+#   nginx-light       tests/units/test_hub_proxy.py serves hub/nginx-tritonhub.conf (the hub's TLS example); not for `make hub`
 # As root (CI, a fresh machine) it installs what is missing with apt-get; as another user it installs nothing and
 # names the one command to run. Installs only what is missing: running it again costs a fraction of a second.
 set -euo pipefail
@@ -20,14 +20,14 @@ command -v prlimit >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1 || pack
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 command -v docker-compose >/dev/null 2>&1 || packages+=(docker-compose)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || packages+=(fonts-dejavu-core)
-# -- issue 21: PostgreSQL's server, which tests/test_distributed.py starts for a gradebook on PostgreSQL --
+# -- issue 21: PostgreSQL's server, which tests/workflows/test_distributed.py starts for a gradebook on PostgreSQL --
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || packages+=(postgresql)
 [ -x /usr/sbin/slurmctld ] || packages+=(slurmctld)
 [ -x /usr/sbin/slurmd ] || packages+=(slurmd)
 command -v sbatch >/dev/null 2>&1 || packages+=(slurm-client)
 [ -x /usr/sbin/munged ] || packages+=(munge)
 # -- end of issue 21 --
-# -- issue 30: the course's JupyterHub (hub/, tests/test_hub.py): npm's configurable-http-proxy, PAM, useradd --
+# -- issue 30: the course's JupyterHub (hub/, tests/system/test_hub.py): npm's configurable-http-proxy, PAM, useradd --
 CHP_VERSION=5.3.0
 hub_packages() {
     command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
@@ -35,7 +35,7 @@ hub_packages() {
     [ -e /etc/pam.d/login ] || packages+=(login)
     compgen -G "/lib/*/libpam.so.0" >/dev/null || compgen -G "/usr/lib/*/libpam.so.0" >/dev/null || packages+=(libpam0g)
 }
-command -v nginx >/dev/null 2>&1 || packages+=(nginx-light)  # tests/test_hub_proxy.py runs hub/nginx-tritonhub.conf
+command -v nginx >/dev/null 2>&1 || packages+=(nginx-light)  # tests/units/test_hub_proxy.py runs hub/nginx-tritonhub.conf
 if [ "${1:-}" = hub ]; then packages=(); fi  # `make hub`: only what the hub needs
 hub_packages
 # -- end of issue 30 --
@@ -50,9 +50,9 @@ install_chp() {  # configurable-http-proxy, pinned, from npm (JupyterHub's proxy
     npm install -g --no-fund --no-audit "configurable-http-proxy@$CHP_VERSION" >/dev/null
 }
 
-hub_proxy() {  # `make hub` needs the proxy; `make test` goes on without it (tests/test_hub.py then skips, saying why)
+hub_proxy() {  # `make hub` needs the proxy; `make test` goes on without it (tests/system/test_hub.py then skips, saying why)
     if [ "${1:-}" = hub ]; then install_chp; else install_chp || echo "system-deps: no configurable-http-proxy:" \
-        "tests/test_hub.py will be skipped" >&2; fi
+        "tests/system/test_hub.py will be skipped" >&2; fi
 }
 
 if [ ${#packages[@]} -eq 0 ]; then

@@ -115,7 +115,7 @@ def results_markdown(results: dict | None = None) -> str:
 
 
 # The README shows a summary (one line per phase, at one large shape); docs/RESULTS.md every table. Both are
-# regenerated from the results file by `make gpu-check` (tools/gpu_check.py) and checked by tests/test_results.py.
+# regenerated from the results file by `make gpu-check` (tools/gpu_check.py) and checked by tests/units/test_results.py.
 README_FILE = RESULTS_FILE.parent.parent / "README.md"
 RESULTS_DOC = RESULTS_FILE.parent.parent / "docs" / "RESULTS.md"
 SUMMARY_START, SUMMARY_END = "<!-- gpu-summary:start -->", "<!-- gpu-summary:end -->"

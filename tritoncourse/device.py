@@ -87,7 +87,7 @@ def _list_language_builtins_once() -> None:
     phases 1 and 3 6% less, phase 4 the same. The names of those builtins are listed once
     per module or class, at its first search; each search then looks up only those names and wraps the ones that
     are builtins now, as before (inside a launch, already wrapped, they are left alone, as before). What a kernel
-    computes, raises or leaves patched after a launch is unchanged (tests/test_device.py). Code that adds a new
+    computes, raises or leaves patched after a launch is unchanged (tests/units/test_device.py). Code that adds a new
     builtin to ``triton.language`` after the first launch would not see it wrapped (no kernel of the course does).
     """
     try:

@@ -8,7 +8,7 @@ kernel and fail every realistic mistake; a diagnosis's (``DIAGNOSIS``...) only s
 already failed looks like.
 
 The checks modules import their entries from here under their old names (``checks.softmax.TOLERANCES`` is
-:data:`SOFTMAX`), and tests/test_tolerances.py checks that no tolerance is defined anywhere else.
+:data:`SOFTMAX`), and tests/units/test_tolerances.py checks that no tolerance is defined anywhere else.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ MATMUL_RELU = Tolerance(
     "reference differs by about 1e-6 * |c| for these K (atol 1e-3 covers results near 0 after "
     "cancellation, and GPU tensor-core rounding). With N(0, 1) inputs one dropped product a[m,k] * b[k,n] "
     "is typically 0.1 to 1, hundreds of times the tolerance, and an fp16 accumulator is off by "
-    "several 1e-3 * |c|: both fail (tests/test_checks_matmul.py shows it).",
+    "several 1e-3 * |c|: both fail (tests/units/test_checks_matmul.py shows it).",
 )
 
 # ---- phase 6: fused LayerNorm, against an fp64 reference, by dtype (the check adds what an fp32 mean of a row far

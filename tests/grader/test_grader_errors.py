@@ -17,7 +17,8 @@ from tritoncourse.grading.autograde import nbgrader_plugin
 from tritoncourse.grading.autograde.nbgrader_plugin import IsolatedKernelTests
 
 # The grading processes' own faults (the zygotes, the judge, the runner, compute-sanitizer):
-# tests/test_grader_errors_processes.py; the notebook's own run (ResilientExecute): test_grader_errors_execute.py.
+# tests/grader/test_grader_errors_processes.py; the notebook's own run (ResilientExecute):
+# test_grader_errors_execute.py.
 
 
 def _grade(nb, tmp_path):
@@ -116,7 +117,7 @@ def test_an_unwritable_verdict_log_costs_nothing(monkeypatch, tmp_path):
 # ---- Real nbgrader: the same failures injected through the course's nbgrader_config.py ------------------
 
 INJECTION = '''
-# Test-only faults (tests/test_grader_errors.py): a bug in one test's grading, and a notebook whose kernels
+# Test-only faults (tests/grader/test_grader_errors.py): a bug in one test's grading, and a notebook whose kernels
 # cannot be taken.
 import tritoncourse.grading.autograde.nbgrader_plugin as _plugin
 

@@ -1,6 +1,6 @@
 """Does a failure of the grading processes (a dead or garbled zygote, a judge without a verdict, a runner that
 dies, a crash under compute-sanitizer) fail as the grader's or as the kernel's, as it should? The judge and the
-runner are stand-ins here (tests/grader_faults.py's _pair)."""
+runner are stand-ins here (tests/support/grader_faults.py's _pair)."""
 from __future__ import annotations
 
 import io

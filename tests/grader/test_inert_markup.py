@@ -1,8 +1,8 @@
 """Learner markup made inert without a browser: the course's sanitizer (tritoncourse/classroom/sanitize.py) keeps
 an answer's markup and escapes the rest, keeps of each output what shows without a script, and the HTML exporter
-as nbgrader_config.py configures it, with Formgrader's template, renders tests/hostile_markup.py's submission with
-a Content-Security-Policy and no element of the learner's that runs or loads anything. The same submission in the
-instructor's pages, in Chromium: tests/test_inert_pages.py.
+as nbgrader_config.py configures it, with Formgrader's template, renders tests/support/hostile_markup.py's submission
+with a Content-Security-Policy and no element of the learner's that runs or loads anything. The same submission in the
+instructor's pages, in Chromium: tests/grader/test_inert_pages.py.
 """
 from __future__ import annotations
 

@@ -3,14 +3,14 @@
 A learner controls every output of their notebook (their code makes any display message, with any mimetype
 and metadata) and every markdown cell. Both pages used to show that markup live, in the instructor's browser:
 Formgrader's pages are served by the instructor's own Jupyter server, whose API a script there can call as the
-instructor. This test builds one hostile submission (tests/hostile_markup.py's ``hostile_notebook``: a
+instructor. This test builds one hostile submission (tests/support/hostile_markup.py's ``hostile_notebook``: a
 ``<script>`` and event handlers in outputs and in a markdown answer, ``application/javascript``, iframes,
 ``javascript:`` links, an SVG with ``onload``, raw HTML in a ``text/markdown`` output, image metadata that
 breaks out of its attribute, external images and style sheets...) whose every payload, if it ran or loaded,
 would leave a mark: ``window.__pwned``, ``document.title = 'PWNED'``, or a request to a small HTTP server of the
 test's own on 127.0.0.1 that records what reaches it.
 
-It then loads, in Debian's headless Chromium driven by Playwright (as tests/test_browser.py does):
+It then loads, in Debian's headless Chromium driven by Playwright (as tests/system/test_browser.py does):
 
 * the feedback HTML written by a real ``nbgrader generate_feedback`` in a temporary course directory that has
   this repository's nbgrader_config.py (the gradebook is made with nbgrader's API, not by autograding);
@@ -24,8 +24,8 @@ see ``mathjax_dir``). On Formgrader's page the instructor can still give full cr
 fix (tritoncourse/classroom/sanitize.py and its lines in nbgrader_config.py), both browser tests failed: 24
 payloads ran or called home from the feedback HTML, 25 from Formgrader's page.
 
-The page's probe and the test's server are tests/inert_probe.py's; the course's sanitizer and HTML exporter
-are checked without a browser in tests/test_inert_markup.py.
+The page's probe and the test's server are tests/support/inert_probe.py's; the course's sanitizer and HTML exporter
+are checked without a browser in tests/grader/test_inert_markup.py.
 """
 from __future__ import annotations
 

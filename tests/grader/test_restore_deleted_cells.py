@@ -157,7 +157,7 @@ def test_a_grader_bug_anywhere_never_escapes(course, monkeypatch):
 # ---- Real nbgrader: the faults injected through the course's nbgrader_config.py -------------------------
 
 INJECTION = '''
-# Test-only faults (tests/test_restore_deleted_cells.py): RestoreDeletedCells raises while putting back deleted
+# Test-only faults (tests/grader/test_restore_deleted_cells.py): RestoreDeletedCells raises while putting back deleted
 # cells, or while checking one test cell.
 import tritoncourse.grading.autograde.nbgrader_plugin as _plugin
 from nbgrader.preprocessors import OverwriteCells as _Overwrite

@@ -2,7 +2,7 @@
 "Threat model"): a fork bomb stops at the process limit, a memory hog at the address-space limit or the watchdog's,
 a disk filler at /tmp's and the shared folder's size or the watchdog's, one file at the file limit; the watchdog's
 walk of the watched tree; and a correct program runs within all of them. What the kernel itself counts (cgroups,
-filesystems of bounded size): tests/test_sandbox_cgroups.py."""
+filesystems of bounded size): tests/grader/test_sandbox_cgroups.py."""
 from __future__ import annotations
 
 import contextlib

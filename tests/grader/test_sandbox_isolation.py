@@ -1,8 +1,8 @@
 """The grading sandbox (tritoncourse/grading/sandbox/, docs/INSTRUCTORS.md "Threat model"), unit tests: what a
 sandboxed process can see and do (no course, read-only Python and package, private /tmp, no network, a uid of its
-own, nothing left running), and tools/system-deps.sh without bwrap. Its bounds: tests/test_sandbox_bounds.py
-(rlimits, watchdog) and tests/test_sandbox_cgroups.py (what the kernel counts); the hostile class:
-tests/test_sandbox_hostile.py."""
+own, nothing left running), and tools/system-deps.sh without bwrap. Its bounds: tests/grader/test_sandbox_bounds.py
+(rlimits, watchdog) and tests/grader/test_sandbox_cgroups.py (what the kernel counts); the hostile class:
+tests/workflows/test_sandbox_hostile.py."""
 from __future__ import annotations
 
 import os

@@ -3,7 +3,7 @@ each test runs the judge outside and the runner in a grading sandbox). Two fixtu
 wrong on hidden cases only (a kernel that stores the hidden size it was given, a function that returns a string
 spelling its hidden inputs), run through run_cell: the report names the kind of case or value and the cause, and
 nothing of the case. A function whose reply is sized by its input, refused by the judge's bounds: on a hidden case
-no byte count. The same checks in-process, for every phase, are tests/test_hidden_messages.py's.
+no byte count. The same checks in-process, for every phase, are tests/units/test_hidden_messages.py's.
 """
 from __future__ import annotations
 

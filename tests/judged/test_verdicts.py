@@ -1,13 +1,13 @@
 """Every wrong and correct kernel of tests/submissions/ judged as grading judges it, without nbgrader (those that
-real nbgrader grades in tests/test_grading.py, NBGRADER_FIXTURES, or in the classroom's class, CLASS_FIXTURES, are
-judged there instead).
+real nbgrader grades in tests/workflows/test_grading.py, NBGRADER_FIXTURES, or in the classroom's class, CLASS_FIXTURES,
+are judged there instead).
 
 The bottom of the test pyramid (tests/README.md): for each fixture, every ``%%kernel_test`` cell of the source
 notebook (hidden cases included) runs through the grader's own path, :func:`isolated.run_cell`: the judge
 outside, the runner in a grading sandbox, forked by a zygote inside it, with grading's time limits scaled down.
 Each fixture must lose exactly its tests, with the failing test's message naming the cause and the seed; each
 correct-but-different kernel must pass every test. Real `nbgrader autograde` of the same files is
-tests/test_grading.py's (one fixture per failure class and the standard learners).
+tests/workflows/test_grading.py's (one fixture per failure class and the standard learners).
 
 A test is run once per runner code: most fixtures change one kernel of a phase, and every test whose runner would
 get the very code an earlier fixture's passing run of that test got (the same definitions, byte for byte, at the same

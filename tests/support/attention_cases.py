@@ -1,5 +1,5 @@
 """Phase 6's notebook cases and the fp64 replays' set-up that the attention check tests share
-(tests/test_checks_attention.py, tests/test_checks_attention_notebook.py)."""
+(tests/units/test_checks_attention.py, tests/units/test_checks_attention_notebook.py)."""
 import torch
 
 from course import ROOT, notebook_calls

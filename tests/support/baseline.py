@@ -3,9 +3,9 @@
 own gradings with, instead of each grading a class of its own serially again.
 
 The class (:func:`build_class`) mixes ordinary learners with every kind of trouble a learner can cause; it is
-tests/test_classroom.py's class, whose parallel grading by `python -m tritoncourse grade` must give these grades.
-Learners that plain nbgrader cannot grade (a renamed notebook, an unreadable file, an empty folder) and the endless
-kernel (it only waits for time limits) are in the classroom's class only (``serial=False``).
+tests/workflows/test_classroom.py's class, whose parallel grading by `python -m tritoncourse grade` must give these
+grades. Learners that plain nbgrader cannot grade (a renamed notebook, an unreadable file, an empty folder) and the
+endless kernel (it only waits for time limits) are in the classroom's class only (``serial=False``).
 """
 from __future__ import annotations
 
@@ -27,13 +27,13 @@ from course import BIN, ROOT, SUBMISSIONS, Course, Fixture, graded_test_ids, nbg
 A = "01_vector_add"
 RETAKE = "01_vector_add_retake"  # a second assignment: trouble in one must not touch the other
 # Endless kernels wait for the time limits (and spin a core all the while): scaled down. With phase 1's sizes scaled
-# down (tests/course.py) a correct test took 0.2-0.7 s in the parallel class at a load of 3 on this 2-core machine,
-# well inside 0.08 * 120 s; the endless learner, the class's slowest, went from 160 s to about a third of that.
+# down (tests/support/course.py) a correct test took 0.2-0.7 s in the parallel class at a load of 3 on this 2-core
+# machine, well inside 0.08 * 120 s; the endless learner, the class's slowest, went from 160 s to about a third of that.
 TIMEOUT_FACTOR = 0.08
 CELL_TIMEOUT = 15
 # The ordinary learners among the troubles (fixtures of tests/submissions/01_vector_add/, each judged in
-# tests/test_verdicts.py or tests/test_grading.py too): right and wrong kernels for the classroom's neighbours, and
-# the Dask, Slurm and container classes' learners.
+# tests/judged/test_verdicts.py or tests/workflows/test_grading.py too): right and wrong kernels for the classroom's
+# neighbours, and the Dask, Slurm and container classes' learners.
 ORDINARY = ("correct_other_zero", "wrong_no_mask", "wrong_compile_error")
 
 
@@ -65,7 +65,8 @@ def ids(nb) -> dict[str, int]:
             if "grade_id" in c.get("metadata", {}).get("nbgrader", {})}
 
 
-# ---- edited metadata (a learner's troubles here; tests/test_classroom_commands.py sanitizes each in-process too)
+# ---- edited metadata (a learner's troubles here; tests/workflows/test_classroom_commands.py sanitizes each in-process
+# too)
 
 def _edit(nb, gid, **meta):
     cell = nb.cells[ids(nb)[gid]]

@@ -1,7 +1,7 @@
-"""The class that tests/test_distributed.py and tests/test_distributed_faults.py grade past one machine, and what
-they watch: learners of the session's serial baseline (tests/baseline.py) handed in to a course of their own with
-one seed (``baseline_course``) and the baseline's rows for them; the rows a gradebook holds; the `grade` command;
-the nbgrader gradings running under a worker; a command's output read line by line (``Output``).
+"""The class that tests/workflows/test_distributed.py and tests/workflows/test_distributed_faults.py grade past one
+machine, and what they watch: learners of the session's serial baseline (tests/support/baseline.py) handed in to a
+course of their own with one seed (``baseline_course``) and the baseline's rows for them; the rows a gradebook holds;
+the `grade` command; the nbgrader gradings running under a worker; a command's output read line by line (``Output``).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from course import BIN, SUBMISSIONS, Course, Fixture, gradebook_rows
 
 A = "01_vector_add"
 SEED = "20261125"
-# The Dask class: learners of the baseline's class (tests/baseline.py), each a different verdict; the fault and
+# The Dask class: learners of the baseline's class (tests/support/baseline.py), each a different verdict; the fault and
 # Slurm classes are its first five and four.
 DASK_CLASS = ("reference", "wrong_no_mask", "correct_other_zero", "wrong_compile_error", "segfault_kernel",
               "untouched")
@@ -55,7 +55,7 @@ def _new_course(path: Path, notebooks: dict[str, object], db_url: str | None = N
     """A course folder with the frozen package and ``notebooks`` (learner -> a notebook, the path of one, or a
     fixture) handed in; its gradebook created by nbgrader (on ``db_url`` if given)."""
     env = _env(path, **({"TRITONCOURSE_DB_URL": db_url} if db_url else {}))
-    # Scaled down as the serial baseline's course (tests/course.py); the package frozen for the Dask workers.
+    # Scaled down as the serial baseline's course (tests/support/course.py); the package frozen for the Dask workers.
     c = Course(path, [A], scaled_down=True, frozen_package=True, env=env)
     release, source = c.release_notebook(A), c.source_notebook(A)
     for student, nb in notebooks.items():

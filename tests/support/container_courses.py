@@ -1,5 +1,5 @@
-"""Course folders as the course's containers mount them at /course (tests/test_container.py,
-tests/test_container_instructor.py): the phases, a learner's folder (``learner_course``), ownership by the host
+"""Course folders as the course's containers mount them at /course (tests/system/test_container.py,
+tests/system/test_container_instructor.py): the phases, a learner's folder (``learner_course``), ownership by the host
 user, `docker run` on a folder; and the image names the compose file runs.
 """
 from __future__ import annotations

@@ -15,8 +15,8 @@ from nbformat.v4 import new_code_cell
 ROOT = Path(__file__).resolve().parents[2]
 SUBMISSIONS = Path(__file__).resolve().parents[1] / "submissions"
 BIN = Path(sys.executable).parent
-# One fixture per failure class and phase, graded through real nbgrader (tests/test_grading.py); every other fixture's
-# verdict is tests/test_verdicts.py's, through the grader's judge and sandboxed runner.
+# One fixture per failure class and phase, graded through real nbgrader (tests/workflows/test_grading.py); every other
+# fixture's verdict is tests/judged/test_verdicts.py's, through the grader's judge and sandboxed runner.
 NBGRADER_FIXTURES = {
     # notebook-level cheats (they act on the notebook's run, which only nbgrader does), wrong values, a refused
     # definition, a correct variant; phase 1's other failure classes are CLASS_FIXTURES
@@ -33,11 +33,11 @@ NBGRADER_FIXTURES = {
                            "wrong_wrapper_calls_sdpa"},
 }
 
-# Phase 1's fixtures that the classroom's class grades through real nbgrader (tests/baseline.py's build_class: plain
-# serial `nbgrader autograde` in the session's baseline, but the endless loop, and `course grade`, whose private
+# Phase 1's fixtures that the classroom's class grades through real nbgrader (tests/support/baseline.py's build_class:
+# plain serial `nbgrader autograde` in the session's baseline, but the endless loop, and `course grade`, whose private
 # gradings are plain `nbgrader autograde` too): a cheat that monkeypatches the notebook, a broken unrelated cell,
-# an endless loop (the time limits), a crash (the CPU fence). tests/test_classroom.py asks each for exactly its
-# fixture's lost tests and, in its feedback, the cause and the seed; neither test_grading nor test_verdicts grades
+# an endless loop (the time limits), a crash (the CPU fence). tests/workflows/test_classroom.py asks each for exactly
+# its fixture's lost tests and, in its feedback, the cause and the seed; neither test_grading nor test_verdicts grades
 # them again.
 CLASS_FIXTURES = {"01_vector_add": {"wrong_monkeypatch", "correct_broken_unrelated_cell", "wrong_endless_loop",
                                     "wrong_segfault"}}
@@ -52,8 +52,8 @@ def graded_through_nbgrader(assignment: str) -> set[str]:
 # judge kernels: a class graded in parallel, stopped and restarted, on Dask and Slurm; hostile learners; links. Its
 # 2**20-element and 100_003-element tests are about a third of a grading's CPU on Triton's interpreter (one
 # reference notebook under plain nbgrader: 14 s of busy CPU, 9 s scaled down). Every size is still ragged where it
-# was. The real sizes are graded by tests/test_grading.py (each standard learner, real nbgrader) and judged by
-# tests/test_verdicts.py (every fixture).
+# was. The real sizes are graded by tests/workflows/test_grading.py (each standard learner, real nbgrader) and judged by
+# tests/judged/test_verdicts.py (every fixture).
 SCALED_DOWN = {"01_vector_add": (("n=2**20 + 1,", "n=2**12 + 1,"), ("n=2**20 + 12_345,", "n=2**12 + 345,"),
                                  ("100_003", "1_003"), ("n=65536,", "n=8192,"))}
 
@@ -62,7 +62,7 @@ def scale_down(notebook: Path, assignment: str) -> None:
     """Rewrite ``notebook``'s test sizes by SCALED_DOWN; each size must be found (a changed notebook fails here)."""
     text = notebook.read_text()
     for real, small in SCALED_DOWN[assignment]:
-        assert real in text, f"{notebook}: {real!r} is gone; update tests/course.py's SCALED_DOWN"
+        assert real in text, f"{notebook}: {real!r} is gone; update tests/support/course.py's SCALED_DOWN"
         text = text.replace(real, small)
     notebook.write_text(text)
 

@@ -1,6 +1,6 @@
 """The instructor's commands as a learner's course runs them: `python -m tritoncourse ...` in the course (or in a
-frozen copy of it), with the environment of tests/baseline.py. Used by tests/test_classroom.py (the class) and
-tests/test_classroom_commands.py."""
+frozen copy of it), with the environment of tests/support/baseline.py. Used by tests/workflows/test_classroom.py (the
+class) and tests/workflows/test_classroom_commands.py."""
 from __future__ import annotations
 
 import subprocess

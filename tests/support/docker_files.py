@@ -1,5 +1,5 @@
-"""docker/'s files as the tests read them without a Docker engine (tests/test_environment.py,
-tests/test_container_files.py): the Dockerfile's instructions by stage, continuation lines joined; a stage's base
+"""docker/'s files as the tests read them without a Docker engine (tests/system/test_environment.py,
+tests/system/test_container_files.py): the Dockerfile's instructions by stage, continuation lines joined; a stage's base
 image; its COPYs, its `pip install`s and its build arguments' defaults; which repository file a COPY put where.
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The Docker engine and the course's CPU learner image, built once per test session for every module that needs
-them: tests/test_container.py (the images) and tests/test_hub_docker.py (the hub's DockerSpawner runs the learner
-image). tests/conftest.py registers the fixtures ``base``, ``torch_index`` and ``cpu_image``; test_container.py's
-docstring tells how they are built (a local base, torch's CPU wheel from a local index) and how to skip them.
+them: tests/system/test_container.py (the images) and tests/system/test_hub_docker.py (the hub's DockerSpawner runs the
+learner image). tests/conftest.py registers the fixtures ``base``, ``torch_index`` and ``cpu_image``;
+test_container.py's docstring tells how they are built (a local base, torch's CPU wheel from a local index) and how to
+skip them.
 """
 from __future__ import annotations
 

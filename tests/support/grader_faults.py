@@ -1,5 +1,6 @@
 """A small phase's notebook with kernel test cells, and stand-ins for the grader's own steps, that the grader
-error tests share (tests/test_grader_errors.py, test_grader_errors_processes.py, test_grader_errors_execute.py)."""
+error tests share (tests/grader/test_grader_errors.py, test_grader_errors_processes.py,
+test_grader_errors_execute.py)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""The hostile class of tests/test_sandbox_hostile.py: every learner of tests/hostile/01_vector_add/ handed in
+"""The hostile class of tests/workflows/test_sandbox_hostile.py: every learner of tests/hostile/01_vector_add/ handed in
 between two correct learners, graded once by plain `nbgrader autograde` and once by `python -m tritoncourse grade`,
 each in a course copy of its own with its own copy of the package (``HostileClass``); which learners each grader
 grades (``graders_of``), the limits they grade under, and what the tests read back (scores, outputs, logs, leaks)."""
@@ -238,9 +238,9 @@ class HostileClass:
 
 GRADERS = ["nbgrader", "course_grade"]
 # hostile_kernel_*: a kernel that runs Python in the checking process, refused by the lint (grading/lint/lint.py) before
-# anything of it runs, the same code under either grader: graded by plain nbgrader only (tests/test_source.py checks
-# each refusal fast). Every other hostile learner acts on the notebook's run, the sandbox or the files, which the two
-# graders lay out differently (one process for the class; a private course copy per learner, two at a time).
+# anything of it runs, the same code under either grader: graded by plain nbgrader only (tests/units/test_source.py
+# checks each refusal fast). Every other hostile learner acts on the notebook's run, the sandbox or the files, which the
+# two graders lay out differently (one process for the class; a private course copy per learner, two at a time).
 LINT_REFUSED = "hostile_kernel_"
 # The learners that the kernel's own bounds of the notebook's sandbox contain (its memory cgroup, which counts memfds
 # and tmpfs pages; the bounded filesystem of its folders; its network namespace): the same sandbox, made by the same

@@ -1,8 +1,8 @@
-"""A learner's hostile submission for the instructor's pages (tests/test_inert_pages.py, tests/test_inert_markup.py,
-and the hub's learner C, tests/hub_learners.py): ``hostile_notebook``, an autograded notebook whose outputs and
-markdown carry payloads that leave a mark if they run or load (``window.__pwned``, ``document.title = 'PWNED'``, or
-a request to the test's server), beside the learner's legitimate answer; handed in as ``STUDENT``'s
-``ASSIGNMENT`` in a course with this repository's nbgrader_config.py (``ROOT``).
+"""A learner's hostile submission for the instructor's pages (tests/grader/test_inert_pages.py,
+tests/grader/test_inert_markup.py, and the hub's learner C, tests/support/hub_learners.py): ``hostile_notebook``, an
+autograded notebook whose outputs and markdown carry payloads that leave a mark if they run or load (``window.__pwned``,
+``document.title = 'PWNED'``, or a request to the test's server), beside the learner's legitimate answer; handed in as
+``STUDENT``'s ``ASSIGNMENT`` in a course with this repository's nbgrader_config.py (``ROOT``).
 """
 from __future__ import annotations
 

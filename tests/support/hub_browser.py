@@ -1,7 +1,7 @@
-"""tests/test_hub.py's steps in the hub's pages (headless Chromium through playwright): a log-in, the Assignment
+"""tests/system/test_hub.py's steps in the hub's pages (headless Chromium through playwright): a log-in, the Assignment
 List (fetch, and Submit pressed for each notebook, or for a file it must refuse), the instructor's Formgrader
 (collect, autograde, the key question graded, feedback generated and released), Formgrader's page for hostile
-learner C probed as tests/test_inert_pages.py does, and learner A's feedback fetched and read."""
+learner C probed as tests/grader/test_inert_pages.py does, and learner A's feedback fetched and read."""
 from __future__ import annotations
 
 import pwd
@@ -151,8 +151,8 @@ def instructor_grades(browser, hub: Hub, shot) -> dict:
 
 
 def probe_c_page(hub: Hub, leak: LeakServer, logged_in: dict) -> dict:
-    """Formgrader's page for C, loaded logged in as the instructor by tests/test_inert_pages.py's probe: what ran,
-    what was requested."""
+    """Formgrader's page for C, loaded logged in as the instructor by tests/grader/test_inert_pages.py's probe: what
+    ran, what was requested."""
     prefix = f"/user/{hub.instructor}"
     return probe(f"{hub.base}{prefix}/formgrader/submissions/{_submission_id(hub, hub.learners['c'])}/", leak,
                  same_origin_ok=lambda path: path.startswith(prefix) and _formgrader_paths(path[len(prefix):]),

@@ -1,8 +1,8 @@
-"""What tests/test_hub.py reads and does outside the browser: the learners' notebooks and the hidden test lines
+"""What tests/system/test_hub.py reads and does outside the browser: the learners' notebooks and the hidden test lines
 to look for, the gradebook's scores, the separation between users (as learner A's processes), the exchange
 (each learner's submissions in inbound/, the latest collected, nothing forged, no secret read), a learner's work
 written and submitted as that learner through nbgrader's commands, and a learner's server frozen mid-copy.
-The pages, in the browser: tests/hub_browser.py."""
+The pages, in the browser: tests/support/hub_browser.py."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,8 @@
-"""The course's JupyterHub with DockerSpawner, as tests/test_hub_docker.py sets it up: the hub on the session's learner
-image (``DockerHub``, tests/hub_env.py's hub with ``--spawner docker``), the limits and network it is given, when it
-can run here (``_skip_unless_possible``), and the checks of a learner's container (``_check_limits``, ``_wait_ready``).
-tests/test_hub_docker_config.py loads hub/tritonhub.py (``_tritonhub``) and these limits without an engine."""
+"""The course's JupyterHub with DockerSpawner, as tests/system/test_hub_docker.py sets it up: the hub on the session's
+learner image (``DockerHub``, tests/support/hub_env.py's hub with ``--spawner docker``), the limits and network it is
+given, when it can run here (``_skip_unless_possible``), and the checks of a learner's container (``_check_limits``,
+``_wait_ready``). tests/system/test_hub_docker_config.py loads hub/tritonhub.py (``_tritonhub``) and these limits
+without an engine."""
 from __future__ import annotations
 
 import importlib.util
@@ -21,8 +22,8 @@ from docker_images import ROOT, docker, run
 from hub_env import PHASE, Hub
 
 ARTIFACTS = ROOT / "tests" / "artifacts" / "hub-docker"
-# The hub's interpreter, copied where every user may run it: a folder of this test's own, so that tests/test_hub.py's
-# (/opt/tritonhub-test, rebuilt by each hub) may run at the same time on another worker.
+# The hub's interpreter, copied where every user may run it: a folder of this test's own, so that
+# tests/system/test_hub.py's (/opt/tritonhub-test, rebuilt by each hub) may run at the same time on another worker.
 PORTABLE = Path("/opt/tritonhub-docker-test")
 COURSE_ID = "triton-kernels"
 # The learners' containers' limits here (tritonhub.py setup's --mem-limit, --cpu-limit, --pids-limit): not the course's
@@ -40,7 +41,7 @@ def _tritonhub():
 
 
 def _hub_packages() -> None:
-    """requirements/hub.txt (jupyterhub, dockerspawner) in this environment, as tests/hub_env.py installs it."""
+    """requirements/hub.txt (jupyterhub, dockerspawner) in this environment, as tests/support/hub_env.py installs it."""
     if importlib.util.find_spec("dockerspawner") is None or \
             not (Path(sys.executable).parent / "jupyterhub-singleuser").exists():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(ROOT / "requirements" / "hub.txt")],
@@ -55,20 +56,20 @@ def _skip_unless_possible() -> tuple[str, str]:
         pytest.skip("configurable-http-proxy (npm) is not installed: `bash tools/system-deps.sh hub` installs it")
     if not (shutil.which("useradd") and shutil.which("chpasswd")):
         pytest.skip("needs useradd and chpasswd (tools/system-deps.sh)")
-    client = docker()  # skips without an engine (fails in CI as root), as tests/test_container.py
+    client = docker()  # skips without an engine (fails in CI as root), as tests/system/test_container.py
     _hub_packages()
     return chp, client
 
 
 class DockerHub(Hub):
-    """tests/hub_env.py's hub, set up with ``--spawner docker`` on the session's learner image."""
+    """tests/support/hub_env.py's hub, set up with ``--spawner docker`` on the session's learner image."""
 
     def __init__(self, scratch: Path, chp: str, client: str, learner_image: str, times: dict):
         self.client, self.learner_image, self.times = client, learner_image, times
         start = time.monotonic()
         super().__init__(scratch, chp)  # (copies this interpreter and .venv's packages: portable_venv)
         self.network = f"{self.prefix}-learners"  # the learners' network of this hub alone
-        times["the hub's environment (tests/hub_env.py's portable_venv)"] = round(time.monotonic() - start, 1)
+        times["the hub's environment (tests/support/hub_env.py's portable_venv)"] = round(time.monotonic() - start, 1)
 
     def setup(self) -> None:
         cmd = self.tool + ["setup", *self.args, "--existing-venv", "--venv", str(self.venv), "--exchange",

@@ -1,4 +1,4 @@
-"""What tests/test_hub_docker.py does as learner A: an HTTP session with the hub as JupyterLab's page holds one
+"""What tests/system/test_hub_docker.py does as learner A: an HTTP session with the hub as JupyterLab's page holds one
 (``Learner``: log-in, the REST handlers, code run in a kernel through its websocket), and the code A's kernel runs in
 A's container: the paths of the host A must not reach (``_probe_code``), TCP connections to other servers
 (``_net_probe_code``) and a bounded fork loop to the container's pids limit (``_fork_probe_code``)."""

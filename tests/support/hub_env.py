@@ -1,6 +1,7 @@
-"""The hub of tests/test_hub.py: hub/ set up by hub/tritonhub.py on free loopback ports, with throw-away Unix accounts
-(th<random>-*, deleted afterwards, only those), run from an environment every user can run; and what the tests do as
-its users: nbgrader's commands as a learner's Unix user, the hub's REST API with root's token (<state>/api-token)."""
+"""The hub of tests/system/test_hub.py: hub/ set up by hub/tritonhub.py on free loopback ports, with throw-away Unix
+accounts (th<random>-*, deleted afterwards, only those), run from an environment every user can run; and what the tests
+do as its users: nbgrader's commands as a learner's Unix user, the hub's REST API with root's token
+(<state>/api-token)."""
 from __future__ import annotations
 
 import contextlib

@@ -23,7 +23,7 @@ def _index(nb, grade_id: str) -> int:
 
 
 def _publishing(output) -> str:
-    """A cell whose run makes ``output`` again: what a learner's code can send (tests/test_inert_pages.py)."""
+    """A cell whose run makes ``output`` again: what a learner's code can send (tests/grader/test_inert_pages.py)."""
     if output.output_type == "stream":
         return f"print({output.text!r}, end='')"
     if output.output_type == "error":
@@ -36,8 +36,8 @@ def hostile_learner(course: Path, marker: str, leak_url: str) -> nbformat.Notebo
     """Learner C: the reference kernel (so every kernel test must still pass: C's points are checked), then, right
     after the kernel, the hostile cells of tests/hostile/01_vector_add/'s ``C_HOSTILE`` aimed at the instructor's
     real course directory ``course`` (forge the gradebook, now and from a detached child; print every file of the
-    course it reaches), and cells whose outputs carry tests/test_inert_pages.py's payloads (``leak_url``: the test's
-    server they call home to) with the key question's answer in that test's hostile markdown."""
+    course it reaches), and cells whose outputs carry tests/grader/test_inert_pages.py's payloads (``leak_url``: the
+    test's server they call home to) with the key question's answer in that test's hostile markdown."""
     nb = learner_notebook(PHASE)
     at = _index(nb, KERNEL_CELL) + 1
     for name in C_HOSTILE:

@@ -1,4 +1,5 @@
-"""`nbgrader submit ASSIGNMENT` as many Unix users at the same moment, from one process (tests/test_hub.py's load test).
+"""`nbgrader submit ASSIGNMENT` as many Unix users at the same moment, from one process (tests/system/test_hub.py's load
+test).
 
     python hub_submit_many.py ASSIGNMENT JUPYTER_CONFIG_PATH USER...   (as root)
 

@@ -1,5 +1,5 @@
 """Hand-ins planted straight into an exchange's inbound/, as a learner of the old shared-folder exchange could make them
-(tests/test_hub_exchange_rules.py and tests/test_exchange_report.py drive the hub's collect over them)."""
+(tests/units/test_hub_exchange_rules.py and tests/units/test_exchange_report.py drive the hub's collect over them)."""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,6 @@
 """Loading an instructor's page in Debian's headless Chromium and looking for what a learner's markup did there
-(tests/test_inert_pages.py; the hub's Formgrader page, tests/hub_browser.py): the test's own HTTP server that
-records every payload calling home (``LeakServer``), ``probe`` (every request recorded, MathJax's CDN answered
+(tests/grader/test_inert_pages.py; the hub's Formgrader page, tests/support/hub_browser.py): the test's own HTTP server
+that records every payload calling home (``LeakServer``), ``probe`` (every request recorded, MathJax's CDN answered
 from a local copy or a stub, every ``javascript:`` link clicked, what ran), ``assert_inert`` (nothing ran, called
 home or loaded; the learner's legitimate answer still shows), and the requests Formgrader's page makes itself.
 """
@@ -84,7 +84,7 @@ def probe(url: str, leak: LeakServer, same_origin_ok=lambda path: True, act=None
     CDN and every other host are answered 404 / aborted (offline). After the load, every ``javascript:`` link
     still in the page is clicked. ``act(page)`` may then do more in the page (e.g. grade). ``login``: a URL
     loaded first (Jupyter's token login, which sets the session cookie for the whole server); ``storage_state``: a
-    logged-in Playwright context's cookies (tests/test_hub.py: the instructor's JupyterHub log-in)."""
+    logged-in Playwright context's cookies (tests/system/test_hub.py: the instructor's JupyterHub log-in)."""
     from playwright.sync_api import sync_playwright
 
     page_origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))

@@ -2,8 +2,9 @@
 (``CHROMIUM``, ``CHROMIUM_ARGS``; ``_requirements_or_fail`` says how to install what is missing), the solved
 notebook a learner has (``learner_notebook``), JupyterLab from .venv set up as docker/Dockerfile sets it up for
 learners (``JupyterLab``, ``_make_course``), Run All and the test cells' outputs in the page, and phase 1's steps
-(``_drive``: open, Run All, the widget, Validate). Used by tests/test_browser.py, tests/test_browser_phases.py,
-tests/test_container.py's lab-cpu (``KernelWaits``, ``_drive``), and the inert pages' and the hub's tests (Chromium).
+(``_drive``: open, Run All, the widget, Validate). Used by tests/system/test_browser.py,
+tests/system/test_browser_phases.py, tests/system/test_container.py's lab-cpu (``KernelWaits``, ``_drive``), and the
+inert pages' and the hub's tests (Chromium).
 """
 from __future__ import annotations
 

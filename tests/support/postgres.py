@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servers import free_port  # noqa: F401  (tests/slurm.py takes it from here)
+from servers import free_port  # noqa: F401  (tests/support/slurm.py takes it from here)
 
 
 class PostgresMissing(RuntimeError):

@@ -1,7 +1,7 @@
-"""The grading sandbox's unit tests' helpers (tests/test_sandbox_isolation.py, test_sandbox_bounds.py,
-test_sandbox_cgroups.py; the hostile suite, tests/test_sandbox_hostile.py, uses a few): run Python in a sandbox and
-read its report, a sandbox made and closed per test (``box``), the module check that the sandbox can run here
-(``sandbox_works``), waiting for processes, and a PATH without a command. A test module imports the two fixtures
+"""The grading sandbox's unit tests' helpers (tests/grader/test_sandbox_isolation.py, test_sandbox_bounds.py,
+test_sandbox_cgroups.py; the hostile suite, tests/workflows/test_sandbox_hostile.py, uses a few): run Python in a
+sandbox and read its report, a sandbox made and closed per test (``box``), the module check that the sandbox can run
+here (``sandbox_works``), waiting for processes, and a PATH without a command. A test module imports the two fixtures
 (``from sandboxes import box, sandbox_works``) so that pytest finds them there."""
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ pytest 9.2 no longer reads), so the groups travel another way: each worker write
 Each test gets an ``xdist_group``: tests that share a module- or session-scoped fixture of their module (a class
 graded once, a hub, an image) run on one worker, so that fixture is made once; tests parametrized by
 ``assignment`` are grouped per phase (test_grading's and test_verdicts' fixtures make each phase on demand). A test
-that uses no such fixture is scheduled on its own. Groups start longest first (longest-processing-time scheduling), from the
-seconds in tests/durations.json (a measured run; unknown tests count 1 s), so the long gradings overlap instead
+that uses no such fixture is scheduled on its own. Groups start longest first (longest-processing-time scheduling), from
+the seconds in tests/durations.json (a measured run; unknown tests count 1 s), so the long gradings overlap instead
 of ending the run alone. The serial baseline, shared across modules, is made once for all workers
 (conftest.py's ``serial_baseline``, under a file lock).
 
@@ -37,7 +37,7 @@ def _module(item) -> str:
 def _own_fixtures(item) -> list[str]:
     """The module- or session-scoped fixtures of the suite's own modules that the test uses, as
     ``defining_module:name``: its own module's, and those of helper modules that several test modules share (an
-    image built once, e.g. tests/docker_images.py), which so put those modules' tests in one group. Fixtures of
+    image built once, e.g. tests/support/docker_images.py), which so put those modules' tests in one group. Fixtures of
     installed plugins (tmp_path_factory...) and ``SHARED`` ones are no reason to group."""
     info = getattr(item, "_fixtureinfo")
     autouse = set(info.initialnames) - set(info.argnames)  # cheap checks every test of a module runs

@@ -12,8 +12,8 @@ missing widget.
 Needs Debian's ``chromium`` and PyPI's ``playwright`` (requirements/test.txt); ``tools/install-ci-deps.sh``
 installs both. Playwright never downloads a browser here. TRITONCOURSE_SKIP_BROWSER=1 skips the test.
 
-Every phase's plots and widgets render in tests/test_browser_phases.py; the browser, JupyterLab and phase 1's steps
-are tests/learner_lab.py's.
+Every phase's plots and widgets render in tests/system/test_browser_phases.py; the browser, JupyterLab and phase 1's
+steps are tests/support/learner_lab.py's.
 """
 from __future__ import annotations
 

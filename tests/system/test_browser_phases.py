@@ -1,7 +1,7 @@
 """Every phase's plots and widgets in a real browser: JupyterLab from .venv on the CPU with each phase's solved
-notebook without its test cells (tests/learner_lab.py), Run All in Debian's headless Chromium, every recorded GPU
-plot and every widget drawn with no error; a screenshot of each in tests/artifacts/browser-phases/. The capstone's
-plot and widget, and phase 1's whole path with Validate, are tests/test_browser.py's.
+notebook without its test cells (tests/support/learner_lab.py), Run All in Debian's headless Chromium, every recorded
+GPU plot and every widget drawn with no error; a screenshot of each in tests/artifacts/browser-phases/. The capstone's
+plot and widget, and phase 1's whole path with Validate, are tests/system/test_browser.py's.
 """
 from __future__ import annotations
 

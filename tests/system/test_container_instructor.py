@@ -1,8 +1,8 @@
-"""The instructor's image, built on the session's CPU learner image (tests/docker_images.py) and run on a Docker
+"""The instructor's image, built on the session's CPU learner image (tests/support/docker_images.py) and run on a Docker
 engine: the grading sandbox's bubblewrap works in the container under the least privilege docs/CONTAINER.md gives
 (SANDBOX_OPTS) and is refused without it, and the image grades a class with its learners' code in that sandbox,
 every gradebook value equal to the session's serial baseline's. How the images are built, and skipped without an
-engine: tests/test_container.py's docstring. Select them with `pytest -m container`.
+engine: tests/system/test_container.py's docstring. Select them with `pytest -m container`.
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _instructor_course(dest: Path) -> Path:
 
 # A small class, graded two at a time: a correct learner, and one whose kernel forgets the mask (its stray
 # read crashes the check in the sandbox, and its notebook's kernel dies: it loses only those tests). Learners of the
-# session's serial baseline (tests/baseline.py), handing in the very files it graded.
+# session's serial baseline (tests/support/baseline.py), handing in the very files it graded.
 CLASS = ("correct_other_zero", "wrong_no_mask")
 
 

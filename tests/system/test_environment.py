@@ -1,7 +1,8 @@
 """One set of pins everywhere: .venv (requirements/lock.txt), the container (docker/Dockerfile) and the conda
 environment (environment.yml) install the same packages; the CPU and GPU set-ups differ only in torch's build.
 What can be checked of the container without a Docker engine (the compose file, hadolint, what the image
-copies, its user, its commands): tests/test_container_files.py. The Dockerfile is read by tests/docker_files.py.
+copies, its user, its commands): tests/system/test_container_files.py. The Dockerfile is read by
+tests/support/docker_files.py.
 """
 from __future__ import annotations
 
@@ -135,7 +136,7 @@ def test_python_is_the_locks_everywhere():
     assert re.fullmatch(rf"python:{re.escape(version)}(\.\d+)?-slim(-\w+)?", _from("base-cpu")), _from("base-cpu")
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pythons = [d for d in env["dependencies"] if isinstance(d, str) and re.match(r"python\b", d)]
-    # "python=3.11", or a floor within 3.11 (the pins need 3.11.5: tests/test_python_claim.py)
+    # "python=3.11", or a floor within 3.11 (the pins need 3.11.5: tests/units/test_python_claim.py)
     assert pythons and re.fullmatch(rf"python(={re.escape(version)}|>={re.escape(version)}\.\d+,<3\.{sys.version_info.minor + 1})",
                                     pythons[0]), env["dependencies"]
 

@@ -1,16 +1,18 @@
 """The course on JupyterHub (issue 30), as people use it, in headless Chromium: hub/ set up by hub/tritonhub.py,
-PAM log-ins of throw-away Unix accounts, each user's JupyterLab as that user, nbgrader's exchange (tests/hub_env.py).
+PAM log-ins of throw-away Unix accounts, each user's JupyterLab as that user, nbgrader's exchange
+(tests/support/hub_env.py).
 
 In the browser: learner A fetches 01_vector_add in the Assignment List, fills it with the reference solution and
 submits; learner B first presses Submit on another phase's notebook and on a text file (each refused in the
 Assignment List's dialog with its reason, nothing handed in, the file kept), then submits the reference, then a wrong
-kernel (tests/submissions/01_vector_add/wrong_no_mask.py): the latest is collected and graded; hostile learner C submits the reference kernel with tests/hostile's gradebook
-forger and secrets reader and test_inert_pages's payloads (tests/hub_learners.py). The instructor collects and
-autogrades in Formgrader (its own browser tab: JupyterHub >= 4.1 forbids Formgrader's iframe), grades the key
-question, finds Formgrader's page for C inert, and generates and releases feedback; A fetches the feedback, which
-shows no hidden test line. Every test's score of A and B equals the one serial `nbgrader autograde` gives the same
-kernels (the session's serial baseline, tests/baseline.py); C keeps the reference's points and changed nothing else. The separation between
-users is checked as learner A's own processes. Screenshots: tests/artifacts/hub/.
+kernel (tests/submissions/01_vector_add/wrong_no_mask.py): the latest is collected and graded; hostile learner C submits
+the reference kernel with tests/hostile's gradebook forger and secrets reader and test_inert_pages's payloads
+(tests/support/hub_learners.py). The instructor collects and autogrades in Formgrader (its own browser tab: JupyterHub
+>= 4.1 forbids Formgrader's iframe), grades the key question, finds Formgrader's page for C inert, and generates and
+releases feedback; A fetches the feedback, which shows no hidden test line. Every test's score of A and B equals the one
+serial `nbgrader autograde` gives the same kernels (the session's serial baseline, tests/support/baseline.py); C keeps
+the reference's points and changed nothing else. The separation between users is checked as learner A's own processes.
+Screenshots: tests/artifacts/hub/.
 
 Then learner E (an account of its own) presses Submit in the Assignment List while the hub's REST API stops E's server
 mid-copy (the test freezes the server once its copy into the exchange has begun, so the stop lands there on any
@@ -19,12 +21,12 @@ one, E's notebook is kept, JupyterLab then says the server is gone, and after it
 
 Without the browser, on the same hub: learner D's bad input through nbgrader's own commands as D (another
 assignment's notebook, a text file, a notebook with a file beside it, a submission while the hub stops D's server),
-and 30 learners added from a roster submitting at once (tests/hub_learners.py's markers say whose each is).
+and 30 learners added from a roster submitting at once (tests/support/hub_learners.py's markers say whose each is).
 
 Root only (it makes Unix accounts, named th<random>-*, and deletes only those); needs configurable-http-proxy
-(`bash tools/system-deps.sh hub`), Debian's chromium and playwright (as tests/test_browser.py). The hub's servers
+(`bash tools/system-deps.sh hub`), Debian's chromium and playwright (as tests/system/test_browser.py). The hub's servers
 run from a copy of this interpreter outside /root (learners cannot run /root's) with .venv's packages.
-The steps: tests/hub_class.py (outside the browser) and tests/hub_browser.py (in the pages).
+The steps: tests/support/hub_class.py (outside the browser) and tests/support/hub_browser.py (in the pages).
 """
 from __future__ import annotations
 
@@ -76,8 +78,8 @@ def test_class_on_jupyterhub_from_login_to_feedback(hub, serial_baseline):
 
     started = time.monotonic()
     nbs = notebooks()
-    # What serial plain nbgrader gives the same kernels: the session's serial baseline (tests/baseline.py), whose class
-    # holds the reference and WRONG (its phase 1 scaled down, which changes no test's verdict or points)
+    # What serial plain nbgrader gives the same kernels: the session's serial baseline (tests/support/baseline.py),
+    # whose class holds the reference and WRONG (its phase 1 scaled down, which changes no test's verdict or points)
     baseline = {"a": serial_baseline.course.scores(PHASE, "reference"), "b": serial_baseline.course.scores(PHASE, WRONG)}
     marker, leak = "m" + secrets.token_hex(4), LeakServer()
     step = iter(range(1, 100))

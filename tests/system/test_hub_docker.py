@@ -2,8 +2,9 @@
 learner image, as a learner and the instructor use it.
 
 The hub is set up by hub/tritonhub.py (``setup --spawner docker --learner-image triton-course:cpu``: the learner image
-tests/docker_images.py builds once per session for tests/test_container.py too, and on it hub/singleuser.Dockerfile's
-thin layer) with throw-away Unix accounts (th<random>-*, deleted afterwards, only those; tests/hub_env.py), then:
+tests/support/docker_images.py builds once per session for tests/system/test_container.py too, and on it
+hub/singleuser.Dockerfile's thin layer) with throw-away Unix accounts (th<random>-*, deleted afterwards, only those;
+tests/support/hub_env.py), then:
 
 - learner A logs in through the hub's log-in form (PAM, over HTTP: no browser), and the hub starts A's server as a
   container of that image, run as A's uid and gid; the Assignment List is on in A's JupyterLab, Formgrader off;
@@ -30,9 +31,10 @@ the configured ones, and on a learners' network of its own, removed by ``tritonh
   host, through the gateway) nor the hub's proxy (127.0.0.1 only), nor B (a process of B's uid in B's container) to
   A's, while both reach the hub's API on the gateway and the host reaches B's server.
 
-Without a GPU (CI) the container gets none, and a configuration test (tests/test_hub_docker_config.py, with the hub's
-configuration, limits and network alone) checks that the GPU request is there only where the machine has one: the GPU path itself was not run here. Root only (Unix accounts); needs a Docker engine
-(as test_container.py: skipped without one, failed in CI as root) and configurable-http-proxy. Seconds of each step:
+Without a GPU (CI) the container gets none, and a configuration test (tests/system/test_hub_docker_config.py, with the
+hub's configuration, limits and network alone) checks that the GPU request is there only where the machine has one: the
+GPU path itself was not run here. Root only (Unix accounts); needs a Docker engine (as test_container.py: skipped
+without one, failed in CI as root) and configurable-http-proxy. Seconds of each step:
 tests/artifacts/hub-docker/times.json.
 """
 from __future__ import annotations

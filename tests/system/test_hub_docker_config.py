@@ -1,7 +1,7 @@
 """The course's JupyterHub with DockerSpawner, its configuration alone (no engine, no hub): hub/jupyterhub_config.py
 asks for the GPUs only where the machine has one, mounts only a learner's own things, limits each learner's
 container and names its network; hub/tritonhub.py setup takes the limits and makes the learners' network without
-inter-container communication. The hub itself, run with a Docker engine: tests/test_hub_docker.py."""
+inter-container communication. The hub itself, run with a Docker engine: tests/system/test_hub_docker.py."""
 from __future__ import annotations
 
 import importlib.util

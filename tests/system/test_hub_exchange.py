@@ -1,5 +1,5 @@
-"""The hub's exchange against a learner who attacks it (issue 41), on the running hub of tests/hub_env.py, from the
-learner's own Unix account with nbgrader's own commands and plain files: hand in as a classmate (``--student``, or
+"""The hub's exchange against a learner who attacks it (issue 41), on the running hub of tests/support/hub_env.py, from
+the learner's own Unix account with nbgrader's own commands and plain files: hand in as a classmate (``--student``, or
 the hand-in socket spoken to directly), write, date or delete in ``inbound/``, hand in a link to the instructor's
 ``source/`` notebook, a link to ``/dev/zero``, a sparse 10 GB file, claim a folder of the exchange before a release.
 Each fails for the attacker with a clear message and costs the classmates nothing: their submissions are collected as

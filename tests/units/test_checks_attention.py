@@ -1,6 +1,6 @@
 """Phase 6's check module: are the tolerances tight enough to catch each known mistake on every tested shape, and
 loose enough for a correct fp32 computation; are the causes named right; does gpu_check know the phase?
-(The notebook's own prose and test cells: tests/test_checks_attention_notebook.py.)
+(The notebook's own prose and test cells: tests/units/test_checks_attention_notebook.py.)
 
 Fast: torch only (fp64 replays of the mistakes), except two small kernel launches on the interpreter.
 """

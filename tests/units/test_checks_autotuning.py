@@ -158,7 +158,7 @@ def test_every_vector_add_config_runs_and_leaves_impossible_configs_to_the_limit
 def test_sweep_widgets_show_recorded_data_or_say_there_is_none(tmp_path, capsys, monkeypatch):
     from tritoncourse.widgets import autotuning as W
 
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)  # a person: real widgets (tests/test_widgets.py)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)  # a person: real widgets (tests/units/test_widgets.py)
     monkeypatch.delenv("TRITONCOURSE_HEADLESS", raising=False)
 
     missing = tmp_path / "none.json"

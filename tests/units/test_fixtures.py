@@ -1,4 +1,4 @@
-"""The submission fixtures' format (tests/course.py): is each fixture's notebook the one its header says?"""
+"""The submission fixtures' format (tests/support/course.py): is each fixture's notebook the one its header says?"""
 from __future__ import annotations
 
 import nbformat

@@ -5,7 +5,7 @@ markers). The hidden message must hold no size, shape dimension, stride, block s
 nothing the learner's code returned (it can encode the inputs: a marker string, a value equal to a size); it must
 still name the kind of case and the likely cause. The visible message keeps its numbers.
 
-Through the real judge and runner (slow): tests/test_hidden_messages_judged.py, and test_verdicts' fixtures
+Through the real judge and runner (slow): tests/judged/test_hidden_messages_judged.py, and test_verdicts' fixtures
 01_vector_add/wrong_only_on_hidden_ragged_size.py and 04_benchmarking/wrong_rates_encode_inputs.py.
 """
 from __future__ import annotations

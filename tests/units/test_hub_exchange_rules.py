@@ -1,6 +1,6 @@
 """The hub exchange's rules in-process (fast; no hub): what the hand-in service (hub/exchange_service.py) takes and
 refuses, the bounded copy and the collect of hub/course_exchange.py, and the exchange that set-up makes. The same
-code runs behind the hub in tests/test_hub_exchange.py, where a learner's own account attacks it."""
+code runs behind the hub in tests/system/test_hub_exchange.py, where a learner's own account attacks it."""
 from __future__ import annotations
 
 import io

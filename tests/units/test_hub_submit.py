@@ -1,7 +1,7 @@
 """hub/checked_submit.py, the hub learners' nbgrader submit, in-process on an exchange in a temporary folder with the
 hand-in service (hub/exchange_service.py) in a thread (fast; no hub, no root): what it refuses and says, and that a
 hand-in cut short leaves nothing that collect takes. The same class runs behind the Assignment List in
-tests/test_hub.py."""
+tests/system/test_hub.py."""
 from __future__ import annotations
 
 import logging

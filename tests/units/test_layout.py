@@ -249,3 +249,61 @@ def test_the_import_picture_in_gradings_docstring_is_the_graph():
     edges = _package_edges(_graph())
     real = {p: {d for d in edges.get(p, {}) if d.startswith("grading.")} for p in MAY_IMPORT}
     assert drawn == real, f"grading/__init__.py's picture {drawn} is not the import graph {real}"
+
+
+# The pyramid's tiers (tests/README.md), each a folder of tests/; conftest.py marks every tier but units/ slow.
+TIERS = ["units", "judged", "grader", "workflows", "system"]
+
+
+def _suite_modules() -> list[Path]:
+    return [p for p in sorted(TESTS.rglob("*.py")) if not SUBMISSIONS & set(p.relative_to(TESTS).parts[:-1])
+            and "__pycache__" not in p.parts]
+
+
+def test_test_modules_are_in_their_tiers_folder_and_support_modules_in_support():
+    """tests/ holds conftest.py alone; each test module sits in one tier's folder, every other module in support/
+    (imported by its bare name: conftest.py puts support/ on sys.path, so two modules may not share a name)."""
+    misplaced = []
+    for path in _suite_modules():
+        rel = path.relative_to(TESTS)
+        home = TIERS if path.name.startswith("test_") else ["support"] if rel.parts != ("conftest.py",) else []
+        if (home and (len(rel.parts) != 2 or rel.parts[0] not in home)) or (not home and len(rel.parts) != 1):
+            misplaced.append(str(rel))
+    assert not misplaced, f"modules outside their folder (test modules in {TIERS}, helpers in support/): {misplaced}"
+    stems = [p.stem for p in _suite_modules()]
+    assert len(stems) == len(set(stems)), sorted({s for s in stems if stems.count(s) > 1})
+
+
+def test_only_support_modules_are_shared():
+    """A module imports no test module of another folder (a shared helper belongs in support/), support/ imports no
+    test module at all, and nothing imports support/ by a dotted name (one name per module: `from course import`)."""
+    bad = []
+    for path in _suite_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                if name.startswith("support.") or name == "support":
+                    bad.append(f"{path.relative_to(TESTS)} imports {name}")
+                elif name.startswith("test_") and (path.parent.name == "support"
+                                                   or not (path.parent / f"{name}.py").exists()):
+                    bad.append(f"{path.relative_to(TESTS)} imports {name}")
+    assert not bad, bad
+
+
+def test_the_pyramids_table_names_each_tiers_folder_and_every_module_in_it():
+    """tests/README.md's table: tier N's row names tests/<its folder>/ and exactly the test modules in that folder
+    (`test_checks_*` for the phases' checks); conftest.py marks slow every tier but the first (make test-fast)."""
+    rows = re.findall(r"^\| (\d)\. [^|]*\|[^|]*\| (.*) \|$", (TESTS / "README.md").read_text(), re.M)
+    assert [int(n) for n, _ in rows] == list(range(1, len(TIERS) + 1)), "the table has a row per tier, in order"
+    for (n, where), tier in zip(rows, TIERS):
+        assert where.startswith(f"`tests/{tier}/`"), f"tier {n}'s row names its folder first: `tests/{tier}/`"
+        named = set(re.findall(r"`(test_\w+\*?)`", where))
+        there = {p.stem for p in (TESTS / tier).glob("test_*.py")}
+        covered = {m for m in there if m in named or any(g.endswith("*") and m.startswith(g[:-1]) for g in named)}
+        exact = {g for g in named if not g.endswith("*")}
+        assert exact <= there, f"tier {n}'s row names {sorted(exact - there)}, not in tests/{tier}/"
+        assert covered == there, f"tests/{tier}/ holds {sorted(there - covered)}, which its row of the table does not name"
+    slow = next(ast.literal_eval(n.value) for n in ast.parse((TESTS / "conftest.py").read_text()).body
+                if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SLOW_TIERS")
+    assert slow == set(TIERS[1:]), f"conftest.py's SLOW_TIERS {slow}: every tier but units/ is slow"

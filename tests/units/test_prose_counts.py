@@ -1,7 +1,7 @@
 """Counts and sizes in the notebooks' prose (issue 29): every number with a unit or a count (minutes, hours, points,
 tests, MiB/GB, warps, programs per SM, registers) is computed below from the notebook, the record, the code or the
 README's practice card, or listed in COUNTS_ALLOWED with the reason it is not a measurement. The rates (GB/s,
-TFLOP/s) and ratios are tests/test_prose_figures.py's, whose record readers and claims this file reuses.
+TFLOP/s) and ratios are tests/units/test_prose_figures.py's, whose record readers and claims this file reuses.
 """
 from __future__ import annotations
 

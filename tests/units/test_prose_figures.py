@@ -4,7 +4,7 @@ Each claim below is the exact phrase a notebook's markdown holds, rebuilt here f
 `make gpu-check` changes a figure, this test names the phrase to update. Figures the prose takes from an
 exploration run that the record does not hold must be found, as written, in docs/GPU-RUNS.md. Every do_bench call in
 the notebooks takes the median, as the record's figures do. Counts and sizes (points, minutes, MiB, registers,
-programs per SM): tests/test_prose_counts.py, which reuses the record readers and claims below.
+programs per SM): tests/units/test_prose_counts.py, which reuses the record readers and claims below.
 """
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ EXPLORATION = {
 }
 
 # Figures that are not measurements, by what they are: vendors' nominal peaks, round numbers an exercise gives,
-# a model's prediction, a unit example, a compiler fact (tests/test_compiled.py checks the 4x more loads).
+# a model's prediction, a unit example, a compiler fact (tests/units/test_compiled.py checks the 4x more loads).
 NOMINAL = {
     "02_softmax": ["4"],  # the fused softmax moves 4x fewer bytes: a count of bytes
     # the H100's and H200's datasheets (tritoncourse/gpus.py: one source, so no other peak creeps in); 4x bytes

@@ -1,4 +1,5 @@
-"""make test's order on a worker (tests/scheduling.py): longest group first, tests that mostly wait before all."""
+"""make test's order on a worker (tests/support/scheduling.py): longest group first, tests that mostly wait before
+all."""
 import json
 
 import scheduling

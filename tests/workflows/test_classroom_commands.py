@@ -2,7 +2,8 @@
 submit, collect and zip_collect, clear errors for bad names and unreleased assignments, edited metadata restored from
 the gradebook, solutions without hidden tests, the math threads of parallel gradings; and (slow: a real
 `nbgrader autograde` of two learners) a grading that hangs is retried once, then recorded. Tests copy the course
-before changing it. The class graded: tests/test_classroom.py; what learners get: tests/test_classroom_handouts.py.
+before changing it. The class graded: tests/workflows/test_classroom.py; what learners get:
+tests/workflows/test_classroom_handouts.py.
 """
 from __future__ import annotations
 

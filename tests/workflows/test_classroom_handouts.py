@@ -1,7 +1,7 @@
 """What learners get, no course generated, no grading (docs/INSTRUCTORS.md): feedback with the hidden test lines
 blanked in its outputs, a handout without solutions, hidden tests or gradebook (and the check that refuses a leaky
 one), each phase's release/ holding one notebook and nothing of source/. The instructor's commands:
-tests/test_classroom_commands.py; the class graded: tests/test_classroom.py."""
+tests/workflows/test_classroom_commands.py; the class graded: tests/workflows/test_classroom.py."""
 from __future__ import annotations
 
 import copy

@@ -1,7 +1,7 @@
 """Grading a class past one machine (docs/INSTRUCTORS.md, "Grading on a cluster"): Dask and PostgreSQL, real parts.
 
-Every grading here is compared with the session's serial baseline (tests/baseline.py, conftest.py): phase 1's class,
-with every kind of bug and trouble, graded once by plain serial ``nbgrader autograde`` into SQLite. The same
+Every grading here is compared with the session's serial baseline (tests/support/baseline.py, conftest.py): phase 1's
+class, with every kind of bug and trouble, graded once by plain serial ``nbgrader autograde`` into SQLite. The same
 notebooks of some of its learners are graded again, here with one seed:
 - six (right and wrong kernels, a compile error, a kernel that crashes the notebook) by
   ``python -m tritoncourse grade --cluster local --jobs 2`` (a Dask LocalCluster of two worker processes) into a
@@ -9,12 +9,12 @@ notebooks of some of its learners are graded again, here with one seed:
   tools/install-ci-deps.sh) and that nbgrader itself created; one worker is killed in the middle of a grading;
 - five of them by ``--scheduler`` on a separate scheduler and workers, through every fault at once: a worker
   killed that never comes back, the scheduler killed and restarted (new workers), the coordinator killed and
-  started again (tests/test_distributed_faults.py);
-- four of them by ``--cluster slurm`` on a one-node Slurm this module starts (tests/slurm.py), two batch jobs.
+  started again (tests/workflows/test_distributed_faults.py);
+- four of them by ``--cluster slurm`` on a one-node Slurm this module starts (tests/support/slurm.py), two batch jobs.
 Every gradebook value must equal the baseline's, and no learner may be lost or doubled. (Dask's worker grades one
 learner by the same private `nbgrader autograde` as local grading, whose equality with the baseline on the whole
-class of troubles tests/test_classroom.py proves.) The class, its helpers and the baseline's rows:
-tests/cluster_grading.py.
+class of troubles tests/workflows/test_classroom.py proves.) The class, its helpers and the baseline's rows:
+tests/support/cluster_grading.py.
 """
 from __future__ import annotations
 

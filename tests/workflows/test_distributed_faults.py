@@ -3,7 +3,7 @@ baseline graded by ``python -m tritoncourse grade --scheduler`` on a Dask schedu
 (separate processes, as on a cluster), through a worker killed mid-grading that never comes back, the scheduler
 killed and restarted with a new worker, and the coordinator killed and run again. Every learner must be graded
 exactly once, every gradebook value equal to the baseline's, no grading left running. The class and its helpers:
-tests/cluster_grading.py; the other cluster gradings: tests/test_distributed.py.
+tests/support/cluster_grading.py; the other cluster gradings: tests/workflows/test_distributed.py.
 """
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 release with its tests deleted, the untouched release with its tests edited, a broken file) and one fixture of
 tests/submissions/<assignment>/ per failure class (NBGRADER_FIXTURES: a correct kernel written differently, wrong
 values, a crash or stray access, a refused definition, and in phase 1 a notebook-level cheat; phase 1's crash, endless
-loop, monkeypatching and broken unrelated cell are graded through nbgrader in tests/test_classroom.py's class,
+loop, monkeypatching and broken unrelated cell are graded through nbgrader in tests/workflows/test_classroom.py's class,
 CLASS_FIXTURES).
 
-Every fixture's verdict is proved below this, in tests/test_verdicts.py, through the grader's own judge and
+Every fixture's verdict is proved below this, in tests/judged/test_verdicts.py, through the grader's own judge and
 sandboxed runner without nbgrader; here nbgrader's part is proved (restored tests, scores, feedback).
 TRITONCOURSE_GRADING_FIXTURES=all grades every fixture through nbgrader too (a GPU run, a release check).
 
@@ -33,11 +33,12 @@ _FLAGS = {"--IsolatedKernelTests.timeout_factor": "0.5", "--ResilientExecute.tim
 FLAGS = tuple(f"{key}={value}" for key, value in _FLAGS.items())
 # An endless loop waits for every limit it meets (the notebook's cell that runs the kernel, then each failing test),
 # spinning a core all the while: its learner is graded in a course copy of its own, at the same time as the others,
-# with phase 1's largest sizes scaled down (tests/course.py SCALED_DOWN, as the classroom's class) and the classroom's
-# limits (tests/baseline.py: 0.08 of each test's, 9.6 s, and a 15 s cell limit): the same verdicts ("did not finish",
-# 0 points for those tests; its full-blocks test, under a second at the scaled sizes, passes) much sooner (0.15 and
-# 20 s at the real sizes before, whose full-blocks test took 3-9 s on a loaded 2-core machine). On a GPU
-# (compute-sanitizer: ~10 s a correct test) and wherever TRITONCOURSE_GRADING_FLAGS says, the usual limits and sizes.
+# with phase 1's largest sizes scaled down (tests/support/course.py SCALED_DOWN, as the classroom's class) and the
+# classroom's limits (tests/support/baseline.py: 0.08 of each test's, 9.6 s, and a 15 s cell limit): the same verdicts
+# ("did not finish", 0 points for those tests; its full-blocks test, under a second at the scaled sizes, passes) much
+# sooner (0.15 and 20 s at the real sizes before, whose full-blocks test took 3-9 s on a loaded 2-core machine). On a
+# GPU (compute-sanitizer: ~10 s a correct test) and wherever TRITONCOURSE_GRADING_FLAGS says, the usual limits and
+# sizes.
 ENDLESS_SCALED = DEVICE == "cpu" and not _GIVEN
 ENDLESS_FLAGS = FLAGS if not ENDLESS_SCALED else tuple(f"{key}={value}" for key, value in {
     **_FLAGS, "--IsolatedKernelTests.timeout_factor": str(TIMEOUT_FACTOR),

@@ -1,6 +1,6 @@
 """Soak: every grading ends within its bound, hundreds of notebooks at a time (issue 31, item 4). Opt-in:
 
-    TRITONCOURSE_SOAK=500 python -m pytest tests/test_soak.py -q -s      # 500 notebooks (docs/INSTRUCTORS.md)
+    TRITONCOURSE_SOAK=500 python -m pytest tests/workflows/test_soak.py -q -s      # 500 notebooks (docs/INSTRUCTORS.md)
 
 Skipped unless TRITONCOURSE_SOAK=<notebooks> is set. Half of the notebooks are graded by plain ``nbgrader autograde``
 and half by ``python -m tritoncourse grade``, each in course copies of their own (with their own copy of the package),

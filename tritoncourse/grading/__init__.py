@@ -8,7 +8,7 @@
     autograde/  the course's steps of ``nbgrader autograde`` (the instructor's grading process)
     sandbox/    bubblewrap, cgroups, limits and host clean-up around every learner process
 
-Which package imports which (tests/test_layout.py enforces these rules and checks this table against the code):
+Which package imports which (tests/units/test_layout.py enforces these rules and checks this table against the code):
 
     autograde  -> processes, lint, sandbox
     processes  -> judge, lint

@@ -6,7 +6,7 @@
 
 Importing this module loads nothing of the instructor's tools (``tritoncourse.classroom``) nor of the grader
 (``tritoncourse.grading``); ``check`` (and ``submit``, which checks first) loads only the test runner it needs, when
-it runs. ``tests/test_learner_cli.py`` holds it to that.
+it runs. ``tests/units/test_learner_cli.py`` holds it to that.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 # through, while the grader's module gave it the real torch: the kernel reached a module the whitelist forbids, a
 # lint walked around (full marks here: the kernel is right). Now a learner's definition named like a module or a name
 # the grader provides is never taken, and a test whose definitions use it is refused, naming it: every test fails.
-# The lint is the same code under either grader: graded by plain nbgrader only (LINT_REFUSED in tests/hostile_class.py).
+# The lint is the same code under either grader: graded by plain nbgrader only (LINT_REFUSED in tests/support/hostile_class.py).
 # expect-fail: test_vector_add_full_blocks test_vector_add_ragged_sizes test_vector_add_block_sizes test_vector_add_large test_vector_add_fp16
 # expect-message: `torch` is a name the grader provides (the module torch); rename your variable
 torch = torch

@@ -2,7 +2,7 @@
 # never runs): the runner sends every value the kernel uses to the judge, here 15 MB of JSON per test. Before issue 42
 # the judge (outside the sandbox, unbounded) allocated and decoded whatever a runner sent, so one such line made each
 # judge hold hundreds of MB and kept full marks; now the judge takes only what it asked for, within its bounds, and
-# each test fails with the bound's message (tests/test_judge_bounds.py (d) does it through run_test).
+# each test fails with the bound's message (tests/judged/test_judge_bounds.py (d) does it through run_test).
 # expect-fail: test_vector_add_full_blocks test_vector_add_ragged_sizes test_vector_add_block_sizes test_vector_add_large test_vector_add_fp16
 # expect-message: Your kernels' process sent
 BLOCK_SIZES = [0.5] * 1_000_000

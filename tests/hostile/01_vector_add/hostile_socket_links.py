@@ -1,5 +1,5 @@
 # A right kernel, and cells whose notebook kernel points the grader's connections at a Unix socket outside the sandbox
-# (tests/test_kernel_channels.py also runs these cells alone, through ResilientExecute): each of its five ipc socket
+# (tests/grader/test_kernel_channels.py also runs these cells alone, through ResilientExecute): each of its five ipc socket
 # files becomes a link to {{host_socket}} (made by the test, outside the sandbox, listening), then it makes the
 # grader's client connect again: it stops itself for 2 s (an unanswered heartbeat is reconnected), then drops its
 # stdin and control connections (zmq reconnects a dropped connection by the same path). Before issue 42 the grader

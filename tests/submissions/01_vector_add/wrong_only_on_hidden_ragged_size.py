@@ -2,7 +2,7 @@
 # it stores its size in every element: a message that quoted its values ("got 9973") or the case
 # ("n_elements=9973") would show the learner that hidden input. Its feedback names the kind of case and the likely
 # cause, and no number of the case (checking.Case; before, it showed "n_elements=9973, BLOCK_SIZE=128" and
-# "got 9973"). tests/test_hidden_messages.py checks the absence.
+# "got 9973"). tests/units/test_hidden_messages.py checks the absence.
 # expect-fail: test_vector_add_ragged_sizes
 # expect-message: Wrong values (a hidden case: a size that is not a multiple of BLOCK_SIZE
 @triton.jit

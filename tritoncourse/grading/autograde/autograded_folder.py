@@ -98,10 +98,10 @@ class AutogradedFolder:
 
     def _copy_notebook_folder(self, work) -> None:
         """Nothing of the notebook's folder goes into the sandbox's working folder: the graded notebook there already
-        holds the restored tests, hidden ones included (found by tests/test_sandbox.py's hostile_read_secrets), and
-        the course's assignments have no other files. Anything else nbgrader copied beside the notebook from the
-        submission (where a symlink to source/ or to the gradebook becomes a real copy) is deleted from the
-        autograded folder: it never reaches the feedback made from that folder."""
+        holds the restored tests, hidden ones included (found by tests/workflows/test_sandbox_hostile.py's
+        hostile_read_secrets), and the course's assignments have no other files. Anything else nbgrader copied beside
+        the notebook from the submission (where a symlink to source/ or to the gradebook becomes a real copy) is deleted
+        from the autograded folder: it never reaches the feedback made from that folder."""
         self._remove_strays(self.resources)
 
     def _remove_strays(self, resources) -> None:
