@@ -168,6 +168,14 @@ def test_without_a_cgroup_the_judge_runs_and_the_status_says_why(box, monkeypatc
     assert "each test's judge: processes: NO cgroup (TRITONCOURSE_SANDBOX_CGROUP=off): unbounded" in status, status
 
 
+def test_a_learners_own_check_makes_no_cgroup():
+    """Unsandboxed (a learner's `make check` on their own machine), the judge is asked to join nothing, and a correct
+    kernel passes there as before."""
+    outcome = run_test(OUTSIDE, Assembly(CORRECT_KERNEL, ["triton_vector_add_kernel"], []), timeout=60, seed=7,
+                       device=DEVICE)
+    assert outcome.ok, outcome.report()
+
+
 MEMFD = textwrap.dedent('''
     import os, sys
     from tritoncourse.grading.judge.cgroup import join

@@ -1,6 +1,8 @@
-"""The judge's own control group (issue 42): one per kernel test, made by the grader before the judge starts
-(:class:`JudgeCgroup`) and joined by the judge first thing in its main (:func:`join`), bounding the judge's processes
-and threads together (pids.max) and its memory of every kind (memory.max, page cache and memfd included).
+"""The judge's own control group (issue 42): one per kernel test in grading, made by the grader before the judge
+starts (:class:`JudgeCgroup`) and joined by the judge first thing in its main (:func:`join`), bounding the judge's
+processes and threads together (pids.max) and its memory of every kind (memory.max, page cache and memfd included).
+A learner's own check (``make check``, the notebook's ``%%kernel_test``) makes none: their kernels run unsandboxed
+there, and their machine is asked for no cgroup.
 
 Why a cgroup: RLIMIT_NPROC counts every process of the judge's uid (the whole grader's) and root, which the grader is
 on CI and on the hub, is exempt from it; threads count too (torch's and, on a GPU, CUDA's), and a cgroup counts them

@@ -144,13 +144,16 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
         start = time.monotonic()
         counts = _limit_counts(sandbox)
         for attempt in (1, 2):
-            group = JudgeCgroup(gpu=device != "cpu")  # the judge's processes and memory
+            # In grading, the judge's processes and memory in a cgroup of its own; none for a learner's own check
+            # (their kernels run unsandboxed there: nothing to protect, and no cgroup to ask of their machine).
+            group = JudgeCgroup(gpu=device != "cpu") if sandbox is not None else None
             try:
-                runner_code, judge_code = _run_pair(jcmd, {**jenv, **group.env()}, jdir, judge_zygote, rcmd, renv,
-                                                    rdir, zygote, sandbox, timeout)
-                breach = group.breach()
+                runner_code, judge_code = _run_pair(jcmd, {**jenv, **(group.env() if group else {})}, jdir,
+                                                    judge_zygote, rcmd, renv, rdir, zygote, sandbox, timeout)
+                breach = group.breach() if group else None
             finally:
-                group.close()
+                if group:
+                    group.close()
             if breach or not (attempt == 1 and use_sanitizer and _silent_sanitizer_crash(runner_code, rdir, jdir)):
                 break
             # Under compute-sanitizer a loaded GPU machine has killed the checking process of a correct kernel
