@@ -90,12 +90,15 @@ def _test_frames(err: BaseException, test_path: str) -> str:
 
 
 def _bounded(device: str):
-    """Bound this judge's memory and CPU time (sandbox.limits.JudgeLimits); past its CPU time the test fails, said
-    so. Its wall-clock time is the test's (isolated.py stops it at the test's time limit)."""
+    """Bound this judge: into the cgroup the grader made for it (its processes and threads, its memory: cgroup.py),
+    then its memory and CPU time by rlimit (sandbox.limits.JudgeLimits); past its CPU time the test fails, said so.
+    Its wall-clock time is the test's (isolated.py stops it at the test's time limit)."""
     import signal
 
+    from tritoncourse.grading.judge.cgroup import join
     from tritoncourse.grading.sandbox.limits import JudgeLimits
 
+    join()
     limits = JudgeLimits.from_env()
     limits.apply(gpu=device != "cpu")
 

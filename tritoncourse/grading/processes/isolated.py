@@ -24,6 +24,7 @@ from pathlib import Path
 from ...seeds import fresh_seed
 from ..lint.kernel_test_cell import DEFAULT_TIMEOUT, MAGIC, hidden_only, is_kernel_test, parse_cell, test_title
 from ..lint.source import Assembly, assemble, parse
+from ..judge.cgroup import JudgeCgroup
 from ..judge.verdict import (GRADER_ERROR, OUT_OF_BOUNDS_HINT, UNMASKED_LOAD_HINT, Outcome, _outcome,
                              _silent_sanitizer_crash, grader_error_outcome)
 from .zygote_client import ZYGOTE, _Child, _warm_zygote
@@ -143,9 +144,17 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
         start = time.monotonic()
         counts = _limit_counts(sandbox)
         for attempt in (1, 2):
-            runner_code, judge_code = _run_pair(jcmd, jenv, jdir, judge_zygote, rcmd, renv, rdir, zygote, sandbox,
-                                                timeout)
-            if not (attempt == 1 and use_sanitizer and _silent_sanitizer_crash(runner_code, rdir, jdir)):
+            # In grading, the judge's processes and memory in a cgroup of its own; none for a learner's own check
+            # (their kernels run unsandboxed there: nothing to protect, and no cgroup to ask of their machine).
+            group = JudgeCgroup(gpu=device != "cpu") if sandbox is not None else None
+            try:
+                runner_code, judge_code = _run_pair(jcmd, {**jenv, **(group.env() if group else {})}, jdir,
+                                                    judge_zygote, rcmd, renv, rdir, zygote, sandbox, timeout)
+                breach = group.breach() if group else None
+            finally:
+                if group:
+                    group.close()
+            if breach or not (attempt == 1 and use_sanitizer and _silent_sanitizer_crash(runner_code, rdir, jdir)):
                 break
             # Under compute-sanitizer a loaded GPU machine has killed the checking process of a correct kernel
             # with a signal and an empty report (seen on an H200, grading four phases at once). A kernel's own
@@ -153,6 +162,11 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
             for path in (jdir / "result.json", jdir / "stage.txt", jdir / "runner-exit", rdir / "out.txt"):
                 path.unlink(missing_ok=True)
         seconds = time.monotonic() - start
+        if breach:  # a bound of the judge's cgroup reached: the test fails, whatever the judge wrote
+            what, sentence = breach
+            if what == "processes":
+                return grader_error_outcome("judging this test", sentence + ".", seed, title)
+            return Outcome(False, "fail", sentence, seed, seconds, title)
         return _outcome(runner_code, judge_code, rdir, jdir, _limit_events(sandbox, counts), timeout, seed, seconds,
                         title)
 

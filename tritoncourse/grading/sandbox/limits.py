@@ -49,11 +49,13 @@ class JudgeLimits:
     the learner's runner sends), and what one message from the runner may carry. Defaults, overridden by
     TRITONCOURSE_JUDGE_<FIELD> (e.g. TRITONCOURSE_JUDGE_MEMORY_MB=8192), as the runner's :class:`Limits` are by
     TRITONCOURSE_SANDBOX_<FIELD>. The test's wall-clock budget is the runner's (isolated.py kills both at the test's
-    time limit: a "timeout" verdict). Processes are not bounded here: RLIMIT_NPROC counts every process of the
-    judge's uid (the whole grader's; root is exempt from it), and the judge starts none on a learner's data."""
+    time limit: a "timeout" verdict). Its processes and threads, and its memory of every kind, are bounded by a cgroup of
+    its own per test where one can be made (judge/cgroup.py: RLIMIT_NPROC counts every process of the judge's uid, the
+    whole grader's, and root is exempt from it)."""
 
     # Address space of the judge process on the CPU (as the runner's); on a GPU its data segment (RLIMIT_DATA:
-    # CUDA reserves far more address space than it uses, so RLIMIT_AS would stop it from starting).
+    # CUDA reserves far more address space than it uses, so RLIMIT_AS would stop it from starting); also the memory
+    # of every kind of its cgroup (judge/cgroup.py), where there is one.
     memory_mb: int = 6144
     cpu_seconds: int = 1800  # CPU time of the judge process, all its threads (SIGXCPU: the test fails, said so)
     header_kb: int = 1024  # JSON in one message from the runner, beyond twice what the judge's waiting requests sent
@@ -61,6 +63,9 @@ class JudgeLimits:
     # runner makes (returned values, a callback's arguments) over one test, which the judge keeps.
     reply_extra_mb: int = 64
     requests: int = 10000  # the runner's calls of the judge's functions (timers, providers) in one test
+    # Processes and threads of one judge together (its cgroup's pids.max; torch starts a thread per core, CUDA a few);
+    # the judge starts no process on what the runner sends.
+    processes: int = 512
 
     @classmethod
     def from_env(cls, env=os.environ) -> "JudgeLimits":
@@ -125,7 +130,18 @@ class SandboxLimits:
             parts.append(f"disk: NO filesystem of its own for the shared folder ({self._why_not.get('disk')}): a "
                          f"watchdog adds up its files every 0.25 s (unlinked files are not counted); /tmp is a tmpfs "
                          f"of {lim.disk_mb} MB")
+        parts.append(self._judge_control())
         return "; ".join(parts)
+
+    def _judge_control(self) -> str:
+        """What bounds each test's judge besides its rlimits: a cgroup of its own made where this sandbox's are
+        (judge/cgroup.py, the same plan), or nothing, and why."""
+        judge, dirs = JudgeLimits.from_env(), (self._cg.dirs if self._cg is not None else {})
+        bounds = [f"{judge.processes} processes or threads (cgroup v{self._cg.version['pids']})" if "pids" in dirs else
+                  f"processes: NO cgroup ({self._why_not.get('pids')}): unbounded",
+                  f"{judge.memory_mb} MB of memory (cgroup v{self._cg.version['memory']})" if "memory" in dirs else
+                  f"memory: NO cgroup ({self._why_not.get('memory')}): its rlimit only"]
+        return "each test's judge: " + ", ".join(bounds)
 
     @property
     def killed(self) -> list[str]:
