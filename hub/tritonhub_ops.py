@@ -24,7 +24,7 @@ PYTHON_MIN, PYTHON_BELOW, PYTHON_NOT = (3, 11, 5), (3, 15), (3, 14, 1)
 NOBODY = 65534  # a uid and gid with no rights of their own: what any learner can run, it can run
 DEBIAN_ROUTE = (
     "  uv:    UV_PYTHON_INSTALL_DIR=/opt/python uv python install 3.11 && \\\n"
-    "         make hub PYTHON=$(UV_PYTHON_INSTALL_DIR=/opt/python uv python find 3.11)\n"
+    "         make hub PYTHON=$(UV_PYTHON_INSTALL_DIR=/opt/python uv python find --managed-python 3.11)\n"
     "  pyenv: PYENV_ROOT=/opt/pyenv pyenv install 3.11 && make hub PYTHON=/opt/pyenv/versions/$(PYENV_ROOT=/opt/pyenv "
     "pyenv latest 3.11)/bin/python\n"
     "(Debian 12's own python3 is 3.11.2, which the pins refuse; Ubuntu 24.04's 3.12 fits.)")
