@@ -204,8 +204,8 @@ class Hub:
                 time.sleep(0.2)  # killed ones: gone before userdel
             subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
         subprocess.run(["groupdel", self.prefix], check=False, capture_output=True)
-        if self.venv.parent == PORTABLE and self.venv.name.startswith("venv-"):
-            shutil.rmtree(self.venv, ignore_errors=True)  # this hub's own (portable_venv)
+        if self.venv.name.startswith("venv-"):  # this hub's own (portable_venv; PORTABLE may be patched back by now)
+            shutil.rmtree(self.venv, ignore_errors=True)
 
     def _stop_left_proxy(self) -> None:
         """The proxy a hub killed outright left running (in a session of its own, so the hub's group signal missed
