@@ -11,7 +11,8 @@ Run as root with any Python 3.10+ (standard library only; the hub's venv is buil
     python3 hub/tritonhub.py remove-users ROSTER.csv                       # only accounts of the learners' group
     python3 hub/tritonhub.py start [--daemon]                              # JupyterHub on 127.0.0.1
     python3 hub/tritonhub.py stop | restart | status                       # the hub of <state>/jupyterhub.pid
-    python3 hub/tritonhub.py backup DIR                                    # gradebook, course and exchange
+    python3 hub/tritonhub.py backup DIR                 # gradebook, course, exchange, learners' homes, roster
+    python3 hub/tritonhub.py restore DIR/tritonhub-backup-...               # with the hub stopped
     python3 hub/tritonhub.py teardown                                      # (docker) the learners' network, after
 
 What set-up makes (each step skipped when already there):
@@ -49,7 +50,8 @@ This file keeps the command line, ``start`` and the local set-up (the venv, the 
 configuration, ``setup`` itself); its parts beside it: hub/tritonhub_common.py (the paths, Settings, running a command
 as a user), hub/tritonhub_accounts.py (Unix accounts, ``users`` and ``remove-users``), hub/tritonhub_docker.py
 (``--spawner docker``'s images, limits and network, ``teardown``) and hub/tritonhub_ops.py (the Python checks,
-``start --daemon``, ``stop``, ``restart``, ``status``, ``backup``). Their names are re-exported here. Each learner's
+``start --daemon``, ``stop``, ``restart``, ``status``) and hub/tritonhub_backup.py (``backup``, ``restore``). Their
+names are re-exported here. Each learner's
 limits on the local-process hub are hub/tritonhub_limits.py's, loaded by hub/jupyterhub_config.py.
 """
 from __future__ import annotations
@@ -75,7 +77,8 @@ import exchange_service  # noqa: E402
 from tritonhub_common import ASSIGNMENTS, HUB, REPO, Settings, as_user, role, role_dir, run  # noqa: E402,F401
 from tritonhub_docker import (HUB_LABEL, MEMORY, NO_ICC, build_images, check_limits, docker_client,  # noqa: E402,F401
                               ensure_network, hub_image_name, teardown)
-from tritonhub_ops import (backup, interpreter_problem, python_problem, running_pid, start_daemon,  # noqa: E402,F401
+from tritonhub_backup import backup, restore  # noqa: E402,F401
+from tritonhub_ops import (interpreter_problem, python_problem, running_pid, start_daemon,  # noqa: E402,F401
                            status, stop, venv_works)
 
 COURSE_FILES = ["nbgrader_config.py", "source", "tritoncourse", "pyproject.toml"]  # tracked paths copied
@@ -266,8 +269,9 @@ def start_command(settings: Settings) -> tuple[list[str], dict]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("command", choices=["setup", "users", "remove-users", "start", "stop", "restart", "status",
-                                        "backup", "teardown"])
-    p.add_argument("path", nargs="?", type=Path, metavar="ROSTER|DIR", help="users' roster; backup's folder")
+                                        "backup", "restore", "teardown"])
+    p.add_argument("path", nargs="?", type=Path, metavar="ROSTER|DIR",
+                   help="users' roster; backup's folder (where backup makes one; the one restore puts back)")
     p.add_argument("--daemon", action="store_true",
                    help="start: in the background, log in <state>/jupyterhub.log, pid in <state>/jupyterhub.pid")
     p.add_argument("--state", default=Settings.state)
@@ -310,10 +314,11 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings.load(a.state)
     if a.command == "teardown":
         teardown(settings)
-    elif a.command in ("users", "remove-users", "backup"):
+    elif a.command in ("users", "remove-users", "backup", "restore"):
         if a.path is None:
-            sys.exit(f"usage: tritonhub.py {a.command} {'DIR' if a.command == 'backup' else 'ROSTER.csv'}")
-        {"users": add_users, "remove-users": remove_users, "backup": backup}[a.command](settings, a.path)
+            sys.exit(f"usage: tritonhub.py {a.command} {'ROSTER.csv' if 'users' in a.command else 'DIR'}")
+        {"users": add_users, "remove-users": remove_users, "backup": backup,
+         "restore": restore}[a.command](settings, a.path)
     elif a.command == "status":
         sys.exit(status(settings))
     elif a.command == "stop":

@@ -1,7 +1,7 @@
 """hub/tritonhub.py's running of a hub for a term: the checks before anything is built (the Python the pins install on,
 an interpreter the hub's users can run, a venv that works), the hub as a background process with a pid file and a
-log (``start --daemon``, ``stop``, ``restart``, ``status``) and ``backup DIR`` (the gradebook, the course directory
-and the exchange). docs/JUPYTERHUB.md, "Running it for a term".
+log (``start --daemon``, ``stop``, ``restart``, ``status``); ``backup`` and ``restore`` are hub/tritonhub_backup.py's.
+docs/JUPYTERHUB.md, "Running it for a term".
 
 Standard library only, as hub/tritonhub.py (run as root with any Python 3.10+).
 """
@@ -10,11 +10,9 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import sqlite3
 import stat
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
@@ -26,7 +24,7 @@ PYTHON_MIN, PYTHON_BELOW, PYTHON_NOT = (3, 11, 5), (3, 15), (3, 14, 1)
 NOBODY = 65534  # a uid and gid with no rights of their own: what any learner can run, it can run
 DEBIAN_ROUTE = (
     "  uv:    UV_PYTHON_INSTALL_DIR=/opt/python uv python install 3.11 && \\\n"
-    "         make hub PYTHON=$(UV_PYTHON_INSTALL_DIR=/opt/python uv python find 3.11)\n"
+    "         make hub PYTHON=$(UV_PYTHON_INSTALL_DIR=/opt/python uv python find --managed-python 3.11)\n"
     "  pyenv: PYENV_ROOT=/opt/pyenv pyenv install 3.11 && make hub PYTHON=/opt/pyenv/versions/$(PYENV_ROOT=/opt/pyenv "
     "pyenv latest 3.11)/bin/python\n"
     "(Debian 12's own python3 is 3.11.2, which the pins refuse; Ubuntu 24.04's 3.12 fits.)")
@@ -125,13 +123,21 @@ def stop(settings: Settings, timeout: float = 60) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+    while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if Path(f"/proc/{pid}").exists():
+    if _alive(pid):
         sys.exit(f"tritonhub: the hub (pid {pid}) is still running {timeout:.0f} s after SIGTERM; see "
                  f"{log_file(settings)}")
     print(f"tritonhub: stopped the hub (pid {pid}) and its users' servers")
     return True
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie, ended and not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def status(settings: Settings) -> int:
@@ -139,40 +145,3 @@ def status(settings: Settings) -> int:
     print(f"tritonhub: {'running, pid ' + str(pid) if pid else 'not running'}; log {log_file(settings)} "
           "(with --daemon or the service unit's journal)")
     return 0 if pid else 3  # as `systemctl status`: 3 when not running
-
-
-# ---------------------------------------------------------------------------------------------------- backup
-
-def backup(settings: Settings, dest: Path) -> Path:
-    """A consistent copy of the gradebook (SQLite's backup API while the hub may be writing it; ``pg_dump`` when
-    TRITONCOURSE_DB_URL names PostgreSQL), and tarballs of the course directory (source, submitted, autograded,
-    feedback) and of nbgrader's exchange (links stored as links, never followed), in a new folder
-    ``DEST/tritonhub-backup-<date>-<time>`` (root only). Returns that folder."""
-    out = Path(dest) / time.strftime("tritonhub-backup-%Y%m%d-%H%M%S")
-    out.mkdir(mode=0o700, parents=True)
-    os.chmod(out, 0o700)
-    course = settings.course_dir
-    url = os.environ.get("TRITONCOURSE_DB_URL", "")
-    if url.startswith("postgresql"):
-        with open(out / "gradebook.sql", "wb") as f:
-            subprocess.run(["pg_dump", "--no-owner", url.replace("+psycopg", "").replace("+psycopg2", "")],
-                           stdout=f, check=True)
-    elif (course / "gradebook.db").exists():
-        src = sqlite3.connect(f"file:{course / 'gradebook.db'}?mode=ro", uri=True)
-        dst = sqlite3.connect(out / "gradebook.db")
-        with dst:
-            src.backup(dst)
-        src.close()
-        dst.close()
-    else:
-        print(f"tritonhub: no gradebook at {course / 'gradebook.db'} (nothing generated yet?)", file=sys.stderr)
-    for name, folder in (("course", course), ("exchange", Path(settings.exchange))):
-        if folder.is_dir():
-            with tarfile.open(out / f"{name}.tar.gz", "w:gz") as tar:
-                tar.add(folder, arcname=folder.name,
-                        filter=lambda info: None if info.name.endswith(("gradebook.db-journal", "gradebook.db-wal"))
-                        else info)
-    for path in out.iterdir():
-        os.chmod(path, 0o600)
-    print(f"tritonhub: backup in {out}: " + ", ".join(sorted(p.name for p in out.iterdir())))
-    return out

@@ -62,8 +62,10 @@ def portable_venv() -> Path:
             n for n in names if n in ("__pycache__", "test") or (n == "site-packages" and Path(d).name.startswith("python"))])
         _runpath_to_origin(tmp, src)
         tmp.rename(base)
-    venv = PORTABLE / "venv"
-    shutil.rmtree(venv, ignore_errors=True)
+    # A venv of this hub's own: one shared by every hub was rebuilt (removed, linked again) by the next hub's set-up
+    # while an earlier hub's servers ran from it (another pytest worker's hub module, another checkout's run), and
+    # their nbgrader failed with ModuleNotFoundError. Hub.stop removes it.
+    venv = PORTABLE / f"venv-{secrets.token_hex(4)}"
     subprocess.run([str(base / "bin" / "python3"), "-m", "venv", "--without-pip", str(venv)], check=True)
     course_venv = Path(sys.prefix)
     site = course_venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
@@ -203,6 +205,8 @@ class Hub:
                 time.sleep(0.2)  # killed ones: gone before userdel
             subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
         subprocess.run(["groupdel", self.prefix], check=False, capture_output=True)
+        if self.venv.name.startswith("venv-"):  # this hub's own (portable_venv; PORTABLE may be patched back by now)
+            shutil.rmtree(self.venv, ignore_errors=True)
 
     def _stop_left_proxy(self) -> None:
         """The proxy a hub killed outright left running (in a session of its own, so the hub's group signal missed

@@ -24,6 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "hub"))
 import tritonhub  # noqa: E402
+import tritonhub_backup  # noqa: E402
 import tritonhub_ops  # noqa: E402
 from tritonhub_common import Settings  # noqa: E402
 
@@ -169,18 +170,80 @@ def test_backup_copies_the_gradebook_while_it_is_written_and_keeps_links_as_link
         course_dir = course  # no instructor account needed
 
     try:
-        out = tritonhub_ops.backup(Here(exchange=str(exchange)), tmp_path / "backups")
+        out = tritonhub_backup.backup(Here(exchange=str(exchange), learners_group="th-no-such-group"),
+                                      tmp_path / "backups")
     finally:
         db.rollback()
         db.close()
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {
-        "gradebook.db": 0o600, "course.tar.gz": 0o600, "exchange.tar.gz": 0o600}
+        "gradebook.db": 0o600, "course.tar.gz": 0o600, "exchange.tar.gz": 0o600, "homes.tar.gz": 0o600,
+        "roster.csv": 0o600, "backup.json": 0o600}
     assert sqlite3.connect(out / "gradebook.db").execute("select * from grade").fetchall() == [("a", 3.5)]
     with tarfile.open(out / "exchange.tar.gz") as tar:
         planted = tar.getmember("exchange/triton-kernels/inbound/planted")
         assert planted.issym() and planted.linkname == "/etc/shadow"
         assert tar.extractfile("exchange/triton-kernels/inbound/a+01+1").read() == b"a notebook"
+
+
+def tree(folder: Path) -> dict:
+    """Each path under ``folder``: its type, mode, owner and content (a link's target), to compare two trees."""
+    out = {}
+    for path in [folder, *sorted(folder.rglob("*"))]:
+        st = path.lstat()
+        what = (os.readlink(path) if path.is_symlink() else path.read_bytes() if path.is_file() else "dir")
+        out[str(path.relative_to(folder))] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, what)
+    return out
+
+
+@needs_root
+def test_restore_puts_the_course_and_exchange_back_as_they_were(tmp_path):
+    """A backup, then the course directory lost and the exchange changed: ``restore`` puts both back (the present
+    ones set aside, nothing deleted) with the gradebook's consistent copy, owners, modes and a planted link kept as a
+    link (never followed: /etc/shadow is unchanged); it refuses a tarball whose names leave their folder."""
+    nobody = 65534
+    course, exchange = tmp_path / "home" / "triton-kernels", tmp_path / "srv" / "exchange"
+    (course / "submitted" / "a" / "01_vector_add").mkdir(parents=True)
+    (course / "submitted" / "a" / "01_vector_add" / "01_vector_add.ipynb").write_text("a's notebook")
+    tritonhub_backup.exchange_service.prepare(str(exchange), "triton-kernels", "nobody")
+    (exchange / "triton-kernels" / "inbound" / "planted").symlink_to("/etc/shadow")
+    db = sqlite3.connect(course / "gradebook.db")
+    db.execute("create table grade (student text, score real)")
+    db.execute("insert into grade values ('a', 3.5)")
+    db.commit()
+    db.close()
+    for path in [course, *course.rglob("*")]:
+        os.chown(path, nobody, nobody)
+
+    class Here(Settings):
+        course_dir = course
+
+    settings = Here(exchange=str(exchange), instructor="nobody", learners_group="th-no-such-group",
+                    state=str(tmp_path / "state"))
+    shadow = Path("/etc/shadow").stat().st_mtime_ns
+    before = {"course": tree(course), "exchange": tree(exchange)}
+    out = tritonhub_backup.backup(settings, tmp_path / "backups")
+    shutil.rmtree(course)
+    (exchange / "triton-kernels" / "outbound" / "later").write_text("made after the backup")
+    tritonhub_backup.restore(settings, out)
+    after = {"course": tree(course), "exchange": tree(exchange)}
+    for name in ("course", "exchange"):
+        changed = {k for k in before[name].keys() | after[name].keys() if before[name].get(k) != after[name].get(k)}
+        assert changed <= {"gradebook.db"}, (name, changed)  # SQLite's copy: the same rows, another header
+    assert after["course"]["gradebook.db"][:3] == before["course"]["gradebook.db"][:3]
+    rows = sqlite3.connect(course / "gradebook.db").execute("select * from grade").fetchall()
+    assert rows == [("a", 3.5)]
+    assert [p.name for p in exchange.parent.iterdir() if p.name.startswith("exchange.before-restore-")], \
+        "the exchange found there was not set aside"
+    assert Path("/etc/shadow").stat().st_mtime_ns == shadow
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "x").write_text("x")
+    with tarfile.open(out / "course.tar.gz", "w:gz") as tar:
+        tar.add(evil / "x", arcname="triton-kernels/../../outside")
+    with pytest.raises(SystemExit, match="outside triton-kernels/"):
+        tritonhub_backup.restore(settings, out)
+    assert not (tmp_path / "outside").exists() and not (tmp_path / "home" / "outside").exists()
 
 
 def test_make_hub_checks_the_python_before_anything_else(tmp_path):

@@ -12,15 +12,14 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from nginx_front import HOST, example_site, make_certificate, needs_nginx, run_nginx, wait_port
 from servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-HOST = "hub.example.edu"
 
 
 def test_the_service_unit_verifies(tmp_path):
@@ -73,29 +72,6 @@ class Backend(threading.Thread):
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
 
 
-def run_nginx(tmp: Path, site: str):
-    conf = tmp / "nginx.conf"
-    temp = "".join(f"{k}_temp_path {tmp / k};\n" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    (tmp / "site.conf").write_text(site)
-    conf.write_text(f"daemon off;\nmaster_process off;\npid {tmp / 'nginx.pid'};\nerror_log {tmp / 'error.log'};\n"
-                    f"events {{}}\nhttp {{\naccess_log off;\n{temp}include {tmp / 'site.conf'};\n}}\n")
-    checked = subprocess.run(["nginx", "-t", "-c", str(conf), "-p", str(tmp)], capture_output=True, text=True)
-    assert checked.returncode == 0, checked.stderr
-    return subprocess.Popen(["nginx", "-c", str(conf), "-p", str(tmp)], stderr=subprocess.PIPE)
-
-
-def wait_port(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read()
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError("nginx did not listen")
-
-
 def upgrade(context: ssl.SSLContext, port: int) -> tuple[bytes, bytes]:
     """A kernel channel's websocket handshake through nginx; (the status line, what came back for b'ping')."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
@@ -114,24 +90,12 @@ def upgrade(context: ssl.SSLContext, port: int) -> tuple[bytes, bytes]:
 
 
 def test_the_nginx_example_serves_the_hub_over_tls_with_websockets(tmp_path):
-    if not (shutil.which("nginx") and shutil.which("openssl")):
-        pytest.skip("needs nginx (Debian's nginx-light: tools/system-deps.sh) and openssl")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={HOST}",
-                    "-addext", f"subjectAltName=DNS:{HOST}"], check=True, capture_output=True)
+    needs_nginx()
+    cert, key = make_certificate(tmp_path)
     backend = Backend()
     backend.start()
     http_port, https_port = free_port(), free_port()
-    text = (ROOT / "hub" / "nginx-tritonhub.conf").read_text()
-    site = text
-    for old, new in ((f"/etc/letsencrypt/live/{HOST}/fullchain.pem", str(cert)),
-                     (f"/etc/letsencrypt/live/{HOST}/privkey.pem", str(key)),
-                     ("listen 80;", f"listen 127.0.0.1:{http_port};"),
-                     ("listen 443 ssl;", f"listen 127.0.0.1:{https_port} ssl;"),
-                     ("proxy_pass http://127.0.0.1:8000;", f"proxy_pass http://127.0.0.1:{backend.port};")):
-        assert site.count(old) == 1, old
-        site = site.replace(old, new)
+    site = example_site(cert, key, f"127.0.0.1:{http_port}", f"127.0.0.1:{https_port}", backend.port)
     context = ssl.create_default_context(cafile=str(cert))
     nginx = run_nginx(tmp_path, site)
     try:
