@@ -70,6 +70,8 @@ def _mistakes(kind, kw):
         out["dK, dV of the first query tile"] = dict(dkdv_tiles="first")
     if kind == "dkdv" and kw.get("atomic_dq") and S > bn:
         out["dQ stored, not added"] = dict(dq_tile="last")
+    if kind == "dq" and kw.get("causal"):
+        out["diagonal key tile skipped"] = dict(skip_diagonal=True)
     return out
 
 
@@ -109,6 +111,7 @@ DIAGNOSED = [
     (dict(dkdv_tiles="last"), "the last query tile's part only"),
     (dict(dkdv_tiles="first"), "the first query tile's part only"),
     (dict(dq_tile="last"), "one key tile's part only"),
+    (dict(skip_diagonal=True), "stops before the query tile's own (diagonal) key tile"),
 ]
 
 
@@ -119,9 +122,8 @@ def test_the_diagnosis_names_each_replayed_mistake(mistake, words):
         kw = dict(batch=1, heads=2, seq_len=50, head_dim=16, block_m=16, block_n=32, causal=True, dtype=dtype)
         inputs, refs, causal, scale, _ = _case(kw, seed=3)
         dq, dk, dv = ab.replay(*inputs, causal, scale, 16, 32, **mistake)
-        kind = "dq" if set(mistake) <= {"delta", "lse_factor", "use_lse", "tile_softmax", "mask", "skip"} and \
-            "dq" in words else "dkdv"
-        names = ("dQ",) if mistake.get("dq_tile") else ("dK", "dV")
+        kind = "dq" if "skip_diagonal" in mistake else "dkdv"
+        names = ("dQ",) if set(mistake) & {"dq_tile", "skip_diagonal"} else ("dK", "dV")
         got = {n: g.to(dtype) for n, g in dict(dQ=dq, dK=dk, dV=dv).items() if n in names}
         top = max_score(inputs[0], inputs[1], causal, scale)
         tols = {n: ab.gradient_tolerance(dtype, "cpu", refs[n], top)[:2] for n in names}
@@ -156,6 +158,14 @@ MISTAKES = {
                               dict(data="huge_do"), "past fp16's range"),
     "preprocess O·O": ([("tl.sum(o * do, axis=1)", "tl.sum(o * o, axis=1)")], "preprocess", {},
                        "the sum of squares of one tensor"),
+    "dQ accumulated in fp16": ([("dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)",
+                                 "dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float16)"),
+                                ("dq = tl.dot(ds.to(k.dtype), k, dq)",
+                                 "dq += tl.dot(ds.to(k.dtype), k).to(tl.float16)")],
+                               "dq", dict(causal=True), "an accumulator is held in fp16"),
+    "causal dQ loop ends before the diagonal": ([("hi = tl.minimum((pid_m + 1) * BLOCK_M, seq_len) if CAUSAL",
+                                                  "hi = tl.minimum(pid_m * BLOCK_M, seq_len) if CAUSAL")], "dq",
+                                                dict(causal=True), "stops before the query tile's own (diagonal)"),
 }
 
 

@@ -19,7 +19,8 @@ ONE_KEY_TILE = ("dQ holds one key tile's part only: with ATOMIC_DQ every key til
 
 
 def replay(q, k, v, do, o, lse, causal, sm_scale, block_m, block_n, *, delta=True, lse_factor=1.0, use_lse=True,
-           tile_softmax=False, mask=None, skip=None, dkdv_tiles=None, dq_tile=None):
+           tile_softmax=False, mask=None, skip=None, dkdv_tiles=None, dq_tile=None, skip_diagonal=False,
+           fp16_acc=False):
     """(dQ, dK, dV) in fp64 as a backward kernel computes them, with one mistake switched on.
 
     ``delta`` off: dS = P ∘ dP (no D term). ``lse_factor``: P = exp(S - LSE · factor) (ln 2: a natural LSE
@@ -27,7 +28,10 @@ def replay(q, k, v, do, o, lse, causal, sm_scale, block_m, block_n, *, delta=Tru
     exp(S). ``tile_softmax``: P recomputed as a softmax over each key tile alone (the normaliser from scratch).
     ``mask``: the causal mask (default: ``causal``). ``skip``: causal tile skipping (default: ``causal``).
     ``dkdv_tiles``: "last" or "first": dK, dV from one query tile only (stored per tile, not accumulated). ``dq_tile``
-    "last": dQ from the last key tile that visits each query tile only (tl.store instead of tl.atomic_add)."""
+    "last": dQ from the last key tile that visits each query tile only (tl.store instead of tl.atomic_add).
+    ``skip_diagonal``: the causal dQ kernel's key loop ends before its query tile's start (the diagonal tile lost).
+    ``fp16_acc``: the accumulators held in fp16, rounded after each tile's sum is added (dQ over key tiles of
+    ``block_n``, dK and dV over query tiles of ``block_m``)."""
     mask = causal if mask is None else mask
     skip = causal if skip is None else skip
     S = q.shape[-2]
@@ -45,6 +49,8 @@ def replay(q, k, v, do, o, lse, causal, sm_scale, block_m, block_n, *, delta=Tru
         visited = (rows // block_m) * block_m + block_m > (cols // block_n) * block_n
         if not mask:
             p = p * visited
+    if skip_diagonal:  # key tiles that start at or after the query tile's start are never visited
+        p = p * ((cols // block_n) * block_n < (rows // block_m) * block_m)
     dod, vd, qd, kd = (t.double().cpu() for t in (do, v, q, k))
     dp = dod @ vd.transpose(-2, -1)
     d = (dod * o.double().cpu()).sum(-1) if delta else torch.zeros_like(lse)
@@ -61,6 +67,8 @@ def replay(q, k, v, do, o, lse, causal, sm_scale, block_m, block_n, *, delta=Tru
     pk, dsk = (p, ds) if sel is None else (p * sel, ds * sel)
     dk = sm_scale * dsk.transpose(-2, -1) @ qd
     dv = pk.transpose(-2, -1) @ dod
+    if fp16_acc:
+        dq, dk, dv = _fp16_accumulated(p, ds, qd, kd, dod, sm_scale, block_m, block_n)
     if dq_tile == "last":
         key_tile = cols // block_n
         starts = key_tile * block_n
@@ -68,6 +76,40 @@ def replay(q, k, v, do, o, lse, causal, sm_scale, block_m, block_n, *, delta=Tru
         last = (key_tile * visits).amax(-1, keepdim=True)  # the last key tile's program to store each query row
         dq = sm_scale * (ds * (key_tile == last)) @ kd
     return dq, dk, dv
+
+
+def _fp16_accumulated(p, ds, q, k, do, sm_scale, block_m, block_n):
+    """(dQ, dK, dV) with fp16 accumulators: each tile's product rounded to fp16 (``tl.dot(...).to(tl.float16)``),
+    added, and the total rounded to fp16, tile by tile."""
+    S = q.shape[-2]
+    half = lambda t: t.to(torch.float16).double()
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k)
+    for start in range(0, S, block_n):
+        dq = half(dq + half(ds[..., start:start + block_n] @ k[..., start:start + block_n, :]))
+    for start in range(0, S, block_m):
+        rows = slice(start, start + block_m)
+        dk = half(dk + half(ds[..., rows, :].transpose(-2, -1) @ q[..., rows, :]))
+        dv = half(dv + half(p[..., rows, :].transpose(-2, -1) @ do[..., rows, :]))
+    return sm_scale * dq, sm_scale * dk, dv
+
+
+FP16_ACCUMULATOR = ("an accumulator is held in fp16 (the output matches fp16 accumulation over the tiles, not fp32's): "
+                    "start it with tl.zeros(..., dtype=tl.float32) and add tl.dot's fp32 result without converting it "
+                    "(tl.dot(a, b, acc)); convert only at the store.")
+
+
+def fp16_accumulator_cause(outputs: dict, refs: dict, inputs, causal, sm_scale, block_m, block_n) -> str | None:
+    """FP16_ACCUMULATOR when the outputs are several times closer to fp16 accumulation than to the reference."""
+    dq, dk, dv = replay(*inputs, causal, sm_scale, block_m, block_n, fp16_acc=True)
+    got = dict(dQ=dq, dK=dk, dV=dv)
+    for name, out in outputs.items():
+        o = out.double().cpu()
+        if not torch.isfinite(o).all():
+            return None
+        to_ref, to_half = float((o - refs[name]).abs().max()), float((o - got[name]).abs().max())
+        if to_ref > 0 and to_half < to_ref / 4:
+            return FP16_ACCUMULATOR
+    return None
 
 
 def _replays(causal, S, block_m, block_n, kernel: str):
@@ -96,6 +138,10 @@ def _replays(causal, S, block_m, block_n, kernel: str):
             (dict(mask=False), f"`{which}` skips the right tiles but does not mask the diagonal ones: set P to 0 "
                                "where the key comes after the query (rows[:, None] >= cols[None, :])."),
         ]
+    if kernel == "dq" and causal:
+        out.append((dict(skip_diagonal=True), "the causal key loop stops before the query tile's own (diagonal) key "
+                                              "tile: loop up to min((pid_m + 1) * BLOCK_M, seq_len) and mask the "
+                                              "diagonal tile with rows[:, None] >= cols[None, :]."))
     if kernel == "dkdv":
         out += [
             (dict(dkdv_tiles="last"), "dK and dV hold the last query tile's part only: they must be summed over every "
@@ -138,7 +184,7 @@ def scale_cause(name: str, got: torch.Tensor, ref: torch.Tensor, sm_scale: float
 
 
 def diagnose(outputs: dict[str, torch.Tensor], tols: dict[str, tuple], refs: dict[str, torch.Tensor], inputs, causal,
-             sm_scale, block_m, block_n, kernel: str, dq_tile_store: bool = False) -> str | None:
+             sm_scale, block_m, block_n, kernel: str, dq_tile_store: bool = False, fp32: bool = False) -> str | None:
     """The cause that matches every checked gradient of ``outputs`` (names from :data:`GRADS`), or None."""
     q, k, v, do, o, lse = inputs
     S = q.shape[-2]
@@ -159,6 +205,8 @@ def diagnose(outputs: dict[str, torch.Tensor], tols: dict[str, tuple], refs: dic
             cause = scale_cause(name, outputs[name], refs[name], sm_scale)
             if cause:
                 return cause
+    if fp32:  # an fp32 run: fp16 accumulation rounds far more than the kernel's own arithmetic
+        return fp16_accumulator_cause(outputs, refs, inputs, causal, sm_scale, block_m, block_n)
     return None
 
 
@@ -191,4 +239,5 @@ def delta_cause(got: torch.Tensor, o, do) -> str:
             "seq_len + row for rows < seq_len; O and dO each addressed with their own strides.")
 
 
-__all__ = ["GRADS", "replay", "diagnose", "scale_cause", "nan_cause", "delta_cause"]
+__all__ = ["GRADS", "FP16_ACCUMULATOR", "replay", "diagnose", "scale_cause", "fp16_accumulator_cause", "nan_cause",
+           "delta_cause"]

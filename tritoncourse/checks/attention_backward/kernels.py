@@ -112,7 +112,7 @@ def _judge_grads(outs: dict, refs: dict, dtype, device, context, kernel: str, re
     else:
         close_enough = all(float((got[n] - refs[n]).abs().max()) < 64 * tols[n][0] for n, _ in fails)
         cause = diagnose(got, tols, refs, replay_inputs, causal, sm_scale, block_m, block_n,
-                         "dkdv" if kernel == DKDV else "dq", dq_tile_store) or (
+                         "dkdv" if kernel == DKDV else "dq", dq_tile_store, dtype == torch.float32) or (
             "the values are close but not within the rounding of an fp32 computation: keep the accumulators in fp32 "
             "(tl.zeros(..., dtype=tl.float32)), convert P and dS to the inputs' dtype only for tl.dot, and the "
             "gradients to theirs only at the store." if close_enough else None) or (

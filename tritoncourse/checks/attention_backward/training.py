@@ -51,8 +51,25 @@ class Kernels:
                context=str(self.context), device=infer_device())
 
 
+GUARD_ROWS = 256  # NaN rows after every input a launch reads: more than a tile of any wrapper's
+
+
+def guarded(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its strides, followed in memory by NaN: a kernel's unmasked read of rows past the end gets
+    NaN every time (deterministically wrong), not whatever the allocator left there."""
+    if 0 in t.stride():  # a broadcast dO (the gradient of a sum): its own copy, then guarded
+        t = t.contiguous()
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)
+    flat = torch.full((span + GUARD_ROWS * t.shape[-1],), float("nan"), dtype=t.dtype, device=t.device)
+    view = flat.as_strided(t.shape, t.stride(), 0)
+    view.copy_(t.detach())
+    return view
+
+
 def attention_forward(kern: Kernels, q, k, v, causal: bool, sm_scale: float):
-    """(O, LSE) by the forward kernel; LSE (batch * heads, seq_len) fp32."""
+    """(O, LSE) by the forward kernel; LSE (batch * heads, seq_len) fp32. Q, K, V go to the kernel as
+    :func:`guarded` copies."""
+    q, k, v = guarded(q), guarded(k), guarded(v)
     batch, heads, seq_len, head_dim = q.shape
     bm, bn = TILES[infer_device()]["forward"]
     o = torch.empty_like(q)
@@ -64,11 +81,13 @@ def attention_forward(kern: Kernels, q, k, v, causal: bool, sm_scale: float):
 
 
 def attention_backward(kern: Kernels, q, k, v, o, lse, do, causal: bool, sm_scale: float):
-    """(dQ, dK, dV) by the three backward kernels, as the notebook's attention_backward launches them."""
+    """(dQ, dK, dV) by the three backward kernels, as the notebook's attention_backward launches them; every input
+    a :func:`guarded` copy."""
+    q, k, v, o, lse, do = (guarded(t) for t in (q, k, v, o, lse, do))
     batch, heads, seq_len, head_dim = q.shape
     tiles = TILES[infer_device()]
     bh = batch * heads
-    delta = torch.empty((bh, seq_len), device=q.device, dtype=torch.float32)
+    delta = guarded(torch.empty((bh, seq_len), device=q.device, dtype=torch.float32))
     bm = tiles["preprocess"][0]
     kern._launch(kern.preprocess, PREPROCESS, (triton.cdiv(seq_len, bm), bh),
                  (o, do, delta, *o.stride(), *do.stride(), heads, seq_len), {"HEAD_DIM": head_dim, "BLOCK_M": bm})
@@ -264,8 +283,9 @@ def check_attention_function(forward, preprocess, dkdv, dq, *, batch: int, heads
 
 
 def _graph_break(err: Exception) -> KernelCheckError:
-    return KernelCheckError(f"torch.compile(fullgraph=True) could not trace the block: {type(err).__name__}: "
-                            f"{str(err).strip().splitlines()[0][:300]}\nLikely cause: a graph break: the op must be "
+    text = (str(err).strip().splitlines() or [""])[0][:300]  # may quote shapes: not on a hidden case
+    return KernelCheckError(f"torch.compile(fullgraph=True) could not trace the block: {type(err).__name__}"
+                            f"{shown(': ' + text, '')}\nLikely cause: a graph break: the op must be "
                             "called only through the registered custom op (with its fake implementation), nothing "
                             "else of Python between the projections.")
 
@@ -333,5 +353,5 @@ def check_training_step(forward, preprocess, dkdv, dq, *, batch: int = 2, seq_le
 
 
 __all__ = ["FORWARD", "TILES", "Kernels", "AttentionFunction", "AttentionBlock", "attention_forward",
-           "attention_backward", "attention_op", "train_losses", "check_attention_function",
+           "attention_backward", "attention_op", "guarded", "train_losses", "check_attention_function",
            "check_compiled_attention", "check_training_step"]
