@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # nbgrader runs alembic and jupyter as commands: the venv comes first on PATH.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-ASSIGNMENTS := 01_vector_add 02_softmax 03_matmul_relu 04_benchmarking 05_autotuning 06_fused_attention
+ASSIGNMENTS := 01_vector_add 02_softmax 03_matmul_relu 04_benchmarking 05_autotuning 06_fused_attention 07_attention_backward
 # cpu: torch's CPU build and Triton's interpreter; gpu: torch 2.11 (CUDA) whose triton is the same 3.6.0.
 TORCH_BUILD ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu

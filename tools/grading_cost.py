@@ -83,7 +83,7 @@ def main() -> None:
     if args.autograde:
         return autograde_rounds(args, (args.phases or "01_vector_add,06_fused_attention").split(","))
     args.phases = args.phases or ("01_vector_add,02_softmax,03_matmul_relu,04_benchmarking,05_autotuning,"
-                                  "06_fused_attention")
+                                  "06_fused_attention,07_attention_backward")
     runs: dict[str, list] = {"old": [], "new": []}
     for r in range(args.rounds):
         for name, tree in (("old", args.old), ("new", args.new)) if r % 2 == 0 else (("new", args.new),

@@ -103,3 +103,32 @@ RSTD_DIAGNOSIS = Tolerance(0.0, 1e-3, "is the stored rstd right? relative only (
                                       "around 1000), is off by a few percent or more")
 SOFTMAX_DIAGNOSIS = Tolerance(2e-5, 2e-3, "softmax's loosest verdict tolerance (fp16's), so that a replayed mistake "
                                           "is recognised in either dtype")
+
+# ---- phase 7: the attention backward. dQ, dK and dV against an fp64 autograd reference: atol is in units of the
+# gradient's own largest |value| (checks.attention_backward.inputs.gradient_tolerance multiplies), so that one entry
+# serves every size of scores and dO; rtol covers the gradient's rounding at the store.
+ATTENTION_BACKWARD = {
+    torch.float32: Tolerance(64 * 2.0**-24, 8 * 2.0**-24,
+                             "fp32 tl.dot is exact fp32 on the interpreter: P = exp(S - LSE), dS = P (dP - D) and the "
+                             "sums over a few hundred queries or keys differ from fp64 by a few unit roundoffs of the "
+                             "largest gradient (measured: 7 of 64); a missing D term, a wrong scale or a lost query "
+                             "tile is off by percents or more"),
+    torch.float16: Tolerance(8 * 2.0**-11, 4 * 2.0**-11,
+                             "P and dS are rounded to fp16 for the tensor-core tl.dot (4.9e-4 relative each) and the "
+                             "gradient once at the store: measured on the interpreter at 1 of the 8 unit roundoffs "
+                             "of the largest gradient allowed"),
+    torch.bfloat16: Tolerance(8 * 2.0**-8, 4 * 2.0**-8,
+                              "as fp16 with bf16's 8 significant bits (3.9e-3 relative per rounding of P, dS and "
+                              "the stored gradient); graded on a GPU only (the interpreter has no bf16)"),
+}
+ATTENTION_BACKWARD_TF32 = Tolerance(8 * 2.0**-11, 4 * 2.0**-11,
+                                    "fp32 inputs on a GPU: tl.dot rounds them to tf32 (10 stored mantissa bits, as "
+                                    "fp16's), in all five products of the backward, so fp32 is judged as fp16 is")
+# the autograd, compile and training checks compare a whole step (forward and backward through the kernels) with torch
+TRAINING_LOSS = Tolerance(2e-6, 1e-6, "fp32 losses (about 1) of a tiny attention block without residual: the kernels' "
+                                      "forward and backward differ from torch's SDPA by fp32 rounding only on the "
+                                      "interpreter, and three SGD steps kept the losses within one fp32 ulp (1.2e-7); "
+                                      "a backward without D moved them by 6e-5 or more (tests/"
+                                      "test_checks_attention_backward_training.py)")
+TRAINING_LOSS_TF32 = Tolerance(2e-3, 2e-3, "as TRAINING_LOSS on a GPU, where fp32 tl.dot rounds to tf32 (4.9e-4 "
+                                           "relative) in the forward and the backward: set by hand, not measured yet")

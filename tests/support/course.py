@@ -31,6 +31,7 @@ NBGRADER_FIXTURES = {
                       "wrong_configs_from_a_function"},
     "06_fused_attention": {"correct_single_loop", "wrong_no_rescale", "wrong_unmasked_key_load",
                            "wrong_wrapper_calls_sdpa"},
+    "07_attention_backward": {"correct_dkdv_natural_exp_untransposed", "wrong_dq_no_delta_term"},
 }
 
 # Phase 1's fixtures that the classroom's class grades through real nbgrader (tests/support/baseline.py's build_class:

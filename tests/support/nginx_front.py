@@ -1,6 +1,6 @@
 """hub/nginx-tritonhub.conf served for real by nginx (Debian's nginx-light) with a test certificate for HOST: the
 example's file with only its certificate paths, its two listening addresses and the hub's port replaced. Used by
-tests/test_hub_proxy.py (a stand-in hub behind it) and tests/test_hub_term.py (the real hub, in Chromium)."""
+tests/units/test_hub_proxy.py (a stand-in hub behind it) and tests/system/test_hub_term.py (the real hub, in Chromium)."""
 from __future__ import annotations
 
 import contextlib

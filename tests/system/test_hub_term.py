@@ -1,4 +1,4 @@
-"""The hub run for a term (issue 41), on the running hub of tests/hub_env.py: a learner behind the nginx example in
+"""The hub run for a term (issue 41), on the running hub of tests/support/hub_env.py: a learner behind the nginx example in
 Chromium, and a restore from a backup as an instructor would do it.
 
 - TLS in front: hub/nginx-tritonhub.conf served by nginx with a self-signed certificate for hub.example.edu, on
