@@ -19,7 +19,7 @@ ONE_KEY_TILE = ("dQ holds one key tile's part only: with ATOMIC_DQ every key til
 
 
 def replay(q, k, v, do, o, lse, causal, sm_scale, block_m, block_n, *, delta=True, lse_factor=1.0, use_lse=True,
-           tile_softmax=False, mask=None, skip=None, dkdv_tiles=None, dq_tile=None):
+           tile_softmax=False, mask=None, skip=None, dkdv_tiles=None, dq_tile=None, scaled_scores=True):
     """(dQ, dK, dV) in fp64 as a backward kernel computes them, with one mistake switched on.
 
     ``delta`` off: dS = P ∘ dP (no D term). ``lse_factor``: P = exp(S - LSE · factor) (ln 2: a natural LSE
@@ -27,11 +27,13 @@ def replay(q, k, v, do, o, lse, causal, sm_scale, block_m, block_n, *, delta=Tru
     exp(S). ``tile_softmax``: P recomputed as a softmax over each key tile alone (the normaliser from scratch).
     ``mask``: the causal mask (default: ``causal``). ``skip``: causal tile skipping (default: ``causal``).
     ``dkdv_tiles``: "last" or "first": dK, dV from one query tile only (stored per tile, not accumulated). ``dq_tile``
-    "last": dQ from the last key tile that visits each query tile only (tl.store instead of tl.atomic_add)."""
+    "last": dQ from the last key tile that visits each query tile only (tl.store instead of tl.atomic_add).
+    ``scaled_scores`` off: P = exp(Q Kᵀ - LSE), the scores' sm_scale left out of the exponential (dQ and dK still
+    carry it)."""
     mask = causal if mask is None else mask
     skip = causal if skip is None else skip
     S = q.shape[-2]
-    s = scores(q, k, mask, sm_scale)
+    s = scores(q, k, mask, sm_scale if scaled_scores else 1.0)
     lse = lse.double().cpu().reshape(s.shape[:-1])
     if tile_softmax:
         p = torch.zeros_like(s)
@@ -84,6 +86,9 @@ def _replays(causal, S, block_m, block_n, kernel: str):
                                  "use exp2 for both, or exp(s · sm_scale - LSE) with the LSE as stored."),
         (dict(use_lse=False), "P = exp(S) without subtracting the forward's LSE: the probabilities are exp(S - LSE), "
                               "with LSE[row] loaded from lse_ptr (the forward's log of the row's whole sum)."),
+        (dict(scaled_scores=False), "the scores are not multiplied by sm_scale before the exponential: P = "
+                                    "exp(Q Kᵀ · sm_scale - LSE), so with exp2 the scores take sm_scale · log2(e), "
+                                    "not log2(e) alone (the LSE is the forward's, of the scaled scores)."),
         (dict(tile_softmax=True), "P is recomputed as a softmax over each key tile alone: its maximum and sum must be "
                                   "the whole row's, which the forward stored as LSE. Reuse it: P = exp(S - LSE[:, "
                                   "None]), nothing recomputed."),
