@@ -88,6 +88,16 @@ def _stray(outs: dict, context, kernel: str, seq_len: int, block: int, unit: str
                                f"and each output addressed with its own strides.")
 
 
+FP32_ACCUMULATORS = ("keep the accumulators in fp32 (tl.zeros(..., dtype=tl.float32)), convert P and dS to the inputs' "
+                     "dtype only for tl.dot, and the gradients to theirs only at the store.")
+
+
+def _fp16_values(got: torch.Tensor) -> bool:
+    """Whether every value of an fp32 result is one fp16 represents exactly (and some are not 0): of thousands of
+    fp32 sums, a right kernel's never are; an fp16 accumulator's always are, however small its error."""
+    return bool(torch.isfinite(got).all()) and bool((got != 0).any()) and torch.equal(got, got.half().double())
+
+
 def _judge_grads(outs: dict, refs: dict, dtype, device, context, kernel: str, replay_inputs, causal, sm_scale,
                  block_m, block_n, data, dq_tile_store=False, mixed=False) -> None:
     tols, fails = {}, []
@@ -109,13 +119,15 @@ def _judge_grads(outs: dict, refs: dict, dtype, device, context, kernel: str, re
     elif any(not torch.isfinite(g).all() for g in got.values()):
         name = next(n for n, g in got.items() if not torch.isfinite(g).all())
         cause = nan_cause(name, data, S, block_n if kernel == DKDV else block_m, mixed)
+    elif dtype == torch.float32 and (held := [n for n, _ in fails if _fp16_values(got[n])]):
+        cause = (f"every value of {' and '.join(held)} is one that fp16 can hold, in an fp32 test: an accumulator (or "
+                 "the value stored) is fp16. " + FP32_ACCUMULATORS)
     else:
         close_enough = all(float((got[n] - refs[n]).abs().max()) < 64 * tols[n][0] for n, _ in fails)
         cause = diagnose(got, tols, refs, replay_inputs, causal, sm_scale, block_m, block_n,
                          "dkdv" if kernel == DKDV else "dq", dq_tile_store) or (
-            "the values are close but not within the rounding of an fp32 computation: keep the accumulators in fp32 "
-            "(tl.zeros(..., dtype=tl.float32)), convert P and dS to the inputs' dtype only for tl.dot, and the "
-            "gradients to theirs only at the store." if close_enough else None) or (
+            "the values are close but not within the rounding of an fp32 computation: " + FP32_ACCUMULATORS
+            if close_enough else None) or (
             "compare with the formulas of section 1 tile by tile: P = exp(S - LSE), dV += Pᵀ dO, dP = dO Vᵀ, "
             "dS = P ∘ (dP - D), dK += dSᵀ Q, dQ += dS K; dQ and dK times sm_scale once; accumulators fp32; every "
             "tensor addressed with its own strides.")
