@@ -167,19 +167,22 @@ def diagnose(outputs: dict[str, torch.Tensor], tols: dict[str, tuple], refs: dic
     return None
 
 
-def nan_cause(name: str, data: str, S: int, block: int, mixed: bool = False) -> str:
-    """Why a gradient holds NaN or inf."""
+def nan_cause(name: str, data: str, S: int, block: int, mixed: bool = False, other_block: int | None = None) -> str:
+    """Why a gradient holds NaN or inf; ``block`` is the tile of the kernel's programs, ``other_block`` its loop's."""
     if data == "huge_do":
         return (f"{name} holds inf or NaN with dO's values past fp16's range (fp16 ends at 65504): an accumulator or a "
                 "tl.dot operand is held in fp16. In an fp32 run keep the accumulators fp32 (tl.zeros(..., "
                 "dtype=tl.float32)) and convert P and dS only to the inputs' own dtype (p.to(do.dtype)).")
+    strides = ("in this test each has strides of its own (Q[b, h, m, d] at q_ptr + b*stride_qb + h*stride_qh + "
+               "m*stride_qm + d*stride_qd, and likewise K, V, dO and the outputs with theirs).")
+    if mixed and not S % block and not S % (other_block or block):
+        return (f"{name} holds NaN, and every tile is whole here (seq_len = {S}), so no row past seq_len is read: a "
+                "tensor is addressed with another's strides, and reads NaN from the memory around it: " + strides)
     tail = shown(f" (seq_len = {S} is not a multiple of the tiles of {block} here)",
                  " (seq_len is not a multiple of the tiles here)") if S % block else ""
     return (f"{name} holds NaN: the kernel read outside Q, K, V, dO, LSE or D (the memory around them holds NaN in "
             f"this test){tail}. Mask the loads of rows >= seq_len (other=0.0) and set P to 0 for them."
-            + (" Or a tensor is addressed with another's strides: in this test each has strides of its own (Q[b, h, "
-               "m, d] at q_ptr + b*stride_qb + h*stride_qh + m*stride_qm + d*stride_qd, and likewise K, V, dO and the "
-               "outputs with theirs)." if mixed else ""))
+            + (" Or a tensor is addressed with another's strides: " + strides if mixed else ""))
 
 
 def delta_cause(got: torch.Tensor, o, do) -> str:

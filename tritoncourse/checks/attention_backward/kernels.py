@@ -118,7 +118,8 @@ def _judge_grads(outs: dict, refs: dict, dtype, device, context, kernel: str, re
                  "with rows < seq_len) for its (batch, head) = (pid_1 // n_heads, pid_1 % n_heads)?")
     elif any(not torch.isfinite(g).all() for g in got.values()):
         name = next(n for n, g in got.items() if not torch.isfinite(g).all())
-        cause = nan_cause(name, data, S, block_n if kernel == DKDV else block_m, mixed)
+        cause = nan_cause(name, data, S, block_n if kernel == DKDV else block_m, mixed,
+                          other_block=block_m if kernel == DKDV else block_n)
     elif dtype == torch.float32 and (held := [n for n, _ in fails if _fp16_values(got[n])]):
         cause = (f"every value of {' and '.join(held)} is one that fp16 can hold, in an fp32 test: an accumulator (or "
                  "the value stored) is fp16. " + FP32_ACCUMULATORS)
