@@ -23,6 +23,7 @@ from ..common.launch import launch, require_triton_kernel
 from .diagnosis import delta_cause, diagnose, nan_cause
 from .inputs import (MIN_BLOCK, UNWRITTEN, backward_ref, fenced_rows, fenced_tensor, gradient_tolerance, layout_words,
                      layouts_of, make_inputs, max_score, place_outputs, place_rows, place_tensors, place_zeroed)
+from .strides import stride_cause
 
 PREPROCESS = "triton_attention_bwd_preprocess_kernel"
 DKDV = "triton_attention_bwd_dkdv_kernel"
@@ -99,7 +100,7 @@ def _fp16_values(got: torch.Tensor) -> bool:
 
 
 def _judge_grads(outs: dict, refs: dict, dtype, device, context, kernel: str, replay_inputs, causal, sm_scale,
-                 block_m, block_n, data, dq_tile_store=False, mixed=False) -> None:
+                 block_m, block_n, data, dq_tile_store=False, mixed=False, buffers=None, lays=None, d=None) -> None:
     tols, fails = {}, []
     top = max_score(replay_inputs[0], replay_inputs[1], causal, sm_scale)
     for name, placed in outs.items():
@@ -127,6 +128,7 @@ def _judge_grads(outs: dict, refs: dict, dtype, device, context, kernel: str, re
         close_enough = all(float((got[n] - refs[n]).abs().max()) < 64 * tols[n][0] for n, _ in fails)
         cause = diagnose(got, tols, refs, replay_inputs, causal, sm_scale, block_m, block_n,
                          "dkdv" if kernel == DKDV else "dq", dq_tile_store) or (
+            stride_cause(got, tols, refs, buffers, lays, replay_inputs[5], d, causal, sm_scale) if mixed else None) or (
             "the values are close but not within the rounding of an fp32 computation: " + FP32_ACCUMULATORS
             if close_enough else None) or (
             "compare with the formulas of section 1 tile by tile: P = exp(S - LSE), dV += Pᵀ dO, dP = dO Vᵀ, "
@@ -242,7 +244,7 @@ def check_attention_bwd_dkdv(kernel, batch: int, heads: int, seq_len: int, head_
     replay_inputs = (q, k, v, do, o, lse)
     _judge_grads(checked, {n: refs[n] for n in checked}, dtype, device, context, DKDV, replay_inputs, causal,
                  sm_scale, block_m, block_n, data, dq_tile_store=atomic_dq,
-                 mixed=len(set(lays.values())) > 1)
+                 mixed=len(set(lays.values())) > 1, buffers={**placed, **checked}, lays=lays, d=d)
     if fence and fence_supported(device):
         fenced = [fenced_tensor(t, lays[n], device) for n, t in originals.items()]
         (lse2, k1), (d2, k2) = fenced_rows(lse, device), fenced_rows(d, device)
@@ -292,7 +294,7 @@ def check_attention_bwd_dq(kernel, batch: int, heads: int, seq_len: int, head_di
                                           "D": (d_v, d_f, d.float().reshape(d_v.shape), pad)}, context, DQ)
     _stray(out, context, DQ, seq_len, block_m, "BLOCK_M")
     _judge_grads(out, {"dQ": refs["dQ"]}, dtype, device, context, DQ, (q, k, v, do, o, lse), causal, sm_scale,
-                 block_m, block_n, data, mixed=len(set(lays.values())) > 1)
+                 block_m, block_n, data, mixed=len(set(lays.values())) > 1, buffers={**placed, **out}, lays=lays, d=d)
     if fence and fence_supported(device):
         fenced = [fenced_tensor(t, lays[n], device) for n, t in originals.items()]
         (lse2, k1), (d2, k2) = fenced_rows(lse, device), fenced_rows(d, device)
