@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 HUB = REPO / "hub"
 ASSIGNMENTS = ["01_vector_add", "02_softmax", "03_matmul_relu", "04_benchmarking", "05_autotuning",
-               "06_fused_attention"]
+               "06_fused_attention", "07_attention_backward"]
 
 
 @dataclass

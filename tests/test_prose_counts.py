@@ -138,6 +138,9 @@ def size_claims(assignment: str) -> list[str]:
         return [f"that is {32 * 16384**2 * 2 / 2**30:.0f} GiB for `S` alone", f"{32 * 16384**2 * 2 / 2**30:.0f} GiB per pass",
                 f"together are {mib(qkvo(16384))} at head_dim 128", f"for {mib(qkvo(1024))} (about",
                 f"for {mib(qkvo(16384))} (about"]
+    if assignment == "07_attention_backward":  # the naive backward's P, dP, dS at batch·heads 32, seq_len 16384, fp16
+        naive = 3 * 32 * 16384**2 * 2
+        return [f"3 · 32 · 16384² · 2 bytes = {naive / 2**30:.0f} GiB in fp16"]
     if assignment != "05_autotuning":
         return []
     small, big = (_recorded(TILE.format(128, 128, 32, 8, 4, 4)), _recorded(TILE.format(128, 256, 32, 8, 8, 4)))
@@ -210,6 +213,8 @@ COUNTS_ALLOWED = {
                            "docs/GPU-RUNS.md: the compiled LayerNorm at 16 warps",
                            "8 GiB of scratch": "docs/GPU-RUNS.md: 8256 MiB, the naive version at seq_len 8192",
                            "needed 65 MiB": "docs/GPU-RUNS.md: the fused kernel's memory (O and LSE)"},
+    "07_attention_backward": {"15 to 20 minutes for the derivation": "a split of the card's 100-140 minutes: "
+                              "15-20, 10-15, 40-55, 20-25 and 15-25 add up to it"},
 }
 
 

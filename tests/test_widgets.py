@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from tritoncourse import widgets as W  # noqa: E402
-from tritoncourse.widgets import attention, autotuning, matmul, recorded, softmax, vector_add  # noqa: E402
+from tritoncourse.widgets import (attention, attention_backward, autotuning, matmul, recorded, softmax,  # noqa: E402
+                                  vector_add)
 
 
 @pytest.fixture
@@ -62,6 +63,7 @@ def _factories(tmp_path):
         "occupancy_widget": lambda: autotuning.occupancy_widget(4, 168, 64),
         "sweep_widget": lambda: autotuning.sweep_widget(None, path=path),
         "attention_tiles_widget": lambda: attention.attention_tiles_widget(200, 32, 32, causal=True),
+        "backward_tiles_widget": lambda: attention_backward.backward_tiles_widget(200, 32, 64, causal=True),
         "roofline_widget": lambda: recorded.roofline_widget(path=path),
     }
 
@@ -217,3 +219,12 @@ def test_roofline_control_bounds():
     assert bound == "memory-bound" and best == pytest.approx(0.4)
     assert recorded.draw_roofline_choice("matmul+ReLU 4096³ (fp16)", "RTX 4090 (datasheet)")[2] == "compute-bound"
     plt.close("all")
+
+
+def test_the_backward_widget_counts_the_forwards_pairs_and_the_atomic_adders():
+    """Both backward kernels visit the forward's pairs (causal: each query tile's key tiles up to its end), and with
+    dQ by atomics the last query tile is reached by every key tile's program."""
+    work = attention_backward.backward_work(200, 32, 64, causal=True)
+    assert (work["visited"], work["total"]) == attention.tile_work(200, 32, 64, causal=True)
+    assert work["max_adders"] == 4 and attention_backward.backward_work(200, 32, 64, False)["max_adders"] == 4
+    assert attention_backward.backward_work(256, 64, 64, causal=True) == {"visited": 10, "total": 16, "max_adders": 4}

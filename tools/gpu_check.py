@@ -15,14 +15,15 @@
                 matmul_relu, add_relu_mul, roofline, autotuning (phase 5: autotuned kernels against the earlier
                 phases' and torch, and the sweeps its notebook shows), layer_norm and fused_attention (phase 6:
                 the fused LayerNorm against a copy and torch; attention against every SDPA backend, naive torch
-                and torch.compile of it), profile (phase 4: torch.profiler's CUDA
-                kernels of eager and fused add-ReLU-scale). Results go to results/gpu-results.json,
-                and docs/RESULTS.md's tables and the README's summary are regenerated from it.
+                and torch.compile of it), attention_backward (phase 7: the backward, dQ by kernel and by
+                atomics, against every SDPA backend's backward; the block's step), profile (phase 4:
+                torch.profiler's CUDA kernels of eager and fused add-ReLU-scale). Results go to
+                results/gpu-results.json, and docs/RESULTS.md's tables and the README's summary are regenerated from it.
 With no flag, all three. Logs and executed notebooks go to --out (default results/gpu-run/).
 
 This file keeps the command line, the environment record, the notebook and grading steps, BENCHMARKS (the sections
 --sections names) and run_bench; the sections themselves are in tools/gpu_bench.py (the shared helpers and phases
-1-4) and tools/gpu_bench_tuned.py (phases 5 and 6), and are re-exported here.
+1-4), tools/gpu_bench_tuned.py (phases 5 and 6) and tools/gpu_bench_backward.py (phase 7), and are re-exported here.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from gpu_bench import (SOFTMAX_INPUT_BYTES, _compiled, _phase4, bench_add_relu_m
                        bench_vector_add, interleaved, log, reference_module)
 from gpu_bench_tuned import (ATTENTION_SEQS, LAYER_NORM_INPUT_BYTES, _rate_row, bench_autotuning,  # noqa: F401
                              bench_fused_attention, bench_layer_norm)
+from gpu_bench_backward import bench_attention_backward  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -161,7 +163,7 @@ BENCHMARKS = {"vector_add": bench_vector_add, "softmax": bench_softmax, "matmul_
               "matmul_relu_grouped": bench_matmul_relu_grouped,
               "add_relu_mul": bench_add_relu_mul, "roofline": bench_roofline, "autotuning": bench_autotuning,
               "layer_norm": bench_layer_norm, "fused_attention": bench_fused_attention,
-              "profile": bench_profile}
+              "attention_backward": bench_attention_backward, "profile": bench_profile}
 
 
 def run_bench(repeats: int, sections: list[str]) -> dict:

@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("new", type=Path)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--phases", default="01_vector_add,02_softmax,03_matmul_relu,04_benchmarking,05_autotuning,"
-                                        "06_fused_attention")
+                                        "06_fused_attention,07_attention_backward")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     runs: dict[str, list] = {"old": [], "new": []}

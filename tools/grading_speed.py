@@ -27,7 +27,8 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-ASSIGNMENTS = ["01_vector_add", "02_softmax", "03_matmul_relu", "04_benchmarking", "05_autotuning", "06_fused_attention"]
+ASSIGNMENTS = ["01_vector_add", "02_softmax", "03_matmul_relu", "04_benchmarking", "05_autotuning", "06_fused_attention",
+               "07_attention_backward"]
 DOCS = ROOT / "docs" / "INSTRUCTORS.md"
 BEGIN, END = "<!-- timing:begin -->", "<!-- timing:end -->"
 

@@ -9,7 +9,11 @@ from .diagnosis import GRADS, diagnose, replay, scale_cause
 from .inputs import (DATA, NAMES, PRESETS, backward_ref, gradient_tolerance, layouts_of, make_inputs)
 from .kernels import (DKDV, DQ, PREPROCESS, SIGNATURES, check_attention_bwd_dkdv, check_attention_bwd_dq,
                       check_attention_bwd_preprocess)
+from .training import (FORWARD, AttentionFunction, check_attention_function,
+                       check_compiled_attention, check_training_step)
 
-__all__ = ["check_attention_bwd_preprocess", "check_attention_bwd_dkdv", "check_attention_bwd_dq", "backward_ref",
+__all__ = ["check_attention_bwd_preprocess", "check_attention_bwd_dkdv", "check_attention_bwd_dq",
+           "check_attention_function", "check_compiled_attention", "check_training_step",
+           "AttentionFunction", "FORWARD", "backward_ref",
            "gradient_tolerance", "make_inputs", "layouts_of", "replay", "diagnose", "scale_cause", "GRADS", "DATA",
            "NAMES", "PRESETS", "PREPROCESS", "DKDV", "DQ", "SIGNATURES"]
