@@ -4,7 +4,7 @@
 # every check_attention* a no-op, in the notebook's kernel. The judge never imports, calls or unpickles a learner's
 # class (a class is not even taken from a solution cell: only kernels and lint-clean plain functions), and each test
 # runs its checks in the sandboxed runner with the learner's (empty) kernels: every phase 7 test scores 0.
-# expect-fail: test_attention_bwd_preprocess test_attention_bwd_dkdv_full_tiles test_attention_bwd_dkdv_ragged test_attention_bwd_dkdv_causal test_attention_bwd_dq test_attention_bwd_dq_causal test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale
+# expect-fail: test_attention_bwd_preprocess test_attention_bwd_dkdv_full_tiles test_attention_bwd_dkdv_ragged test_attention_bwd_dkdv_causal test_attention_bwd_dq test_attention_bwd_dq_causal test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale test_attention_function_gradients test_attention_compiled_block test_attention_training_step
 # expect-message: NotImplementedError
 # replaces: attention_bwd_dkdv_kernel
 @triton.jit

@@ -7,7 +7,7 @@
 # their lint refuses both (an import and `open`; `torch.library`). The judge's own op is registered in its own
 # process, never the notebook's: every phase 7 test scores 0, the gradebook and the course are unchanged, and the
 # file lands in the sandbox's own HOME, removed with it.
-# expect-fail: test_attention_bwd_preprocess test_attention_bwd_dkdv_full_tiles test_attention_bwd_dkdv_ragged test_attention_bwd_dkdv_causal test_attention_bwd_dq test_attention_bwd_dq_causal test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale
+# expect-fail: test_attention_bwd_preprocess test_attention_bwd_dkdv_full_tiles test_attention_bwd_dkdv_ragged test_attention_bwd_dkdv_causal test_attention_bwd_dq test_attention_bwd_dq_causal test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale test_attention_function_gradients test_attention_compiled_block test_attention_training_step
 # expect-message: NotImplementedError
 # replaces: attention_bwd_dkdv_kernel
 @triton.jit
