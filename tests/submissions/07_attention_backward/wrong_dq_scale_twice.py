@@ -1,5 +1,5 @@
 # dQ multiplied by sm_scale twice.
-# expect-fail: test_attention_bwd_dq test_attention_bwd_dq_causal test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale
+# expect-fail: test_attention_bwd_dq test_attention_bwd_dq_causal test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale test_attention_function_gradients test_attention_compiled_block test_attention_training_step
 # expect-message: sm_scale is applied twice
 # replaces: attention_bwd_dq_kernel
 # other-solutions: source

@@ -1,5 +1,5 @@
 # D's kernel addresses dO with O's strides: only the preprocess test, whose O and dO differ in layout, fails.
-# expect-fail: test_attention_bwd_preprocess
+# expect-fail: test_attention_bwd_preprocess test_attention_compiled_block
 # expect-message: O and dO each addressed with their own strides
 # replaces: attention_bwd_preprocess_kernel
 # other-solutions: source
