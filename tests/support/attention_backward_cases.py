@@ -1,5 +1,5 @@
 """Phase 7's notebook cases, its solution kernels loaded from the source notebook (whole, or with one mistake
-written in), for the checks' own tests (tests/test_checks_attention_backward*.py)."""
+written in), for the checks' own tests (tests/units/test_checks_attention_backward*.py)."""
 import importlib.util
 import itertools
 

@@ -162,7 +162,7 @@ MISTAKES = {
                                  "dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float16)"),
                                 ("dq = tl.dot(ds.to(k.dtype), k, dq)",
                                  "dq += tl.dot(ds.to(k.dtype), k).to(tl.float16)")],
-                               "dq", dict(causal=True), "an accumulator is held in fp16"),
+                               "dq", dict(causal=True), "an accumulator"),
     "causal dQ loop ends before the diagonal": ([("hi = tl.minimum((pid_m + 1) * BLOCK_M, seq_len) if CAUSAL",
                                                   "hi = tl.minimum(pid_m * BLOCK_M, seq_len) if CAUSAL")], "dq",
                                                 dict(causal=True), "stops before the query tile's own (diagonal)"),

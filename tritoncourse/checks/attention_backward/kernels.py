@@ -23,6 +23,7 @@ from ..common.launch import launch, require_triton_kernel
 from .diagnosis import delta_cause, diagnose, nan_cause
 from .inputs import (MIN_BLOCK, UNWRITTEN, backward_ref, fenced_rows, fenced_tensor, gradient_tolerance, layout_words,
                      layouts_of, make_inputs, max_score, place_outputs, place_rows, place_tensors, place_zeroed)
+from .strides import stride_cause
 
 PREPROCESS = "triton_attention_bwd_preprocess_kernel"
 DKDV = "triton_attention_bwd_dkdv_kernel"
@@ -88,8 +89,18 @@ def _stray(outs: dict, context, kernel: str, seq_len: int, block: int, unit: str
                                f"and each output addressed with its own strides.")
 
 
+FP32_ACCUMULATORS = ("keep the accumulators in fp32 (tl.zeros(..., dtype=tl.float32)), convert P and dS to the inputs' "
+                     "dtype only for tl.dot, and the gradients to theirs only at the store.")
+
+
+def _fp16_values(got: torch.Tensor) -> bool:
+    """Whether every value of an fp32 result is one fp16 represents exactly (and some are not 0): of thousands of
+    fp32 sums, a right kernel's never are; an fp16 accumulator's always are, however small its error."""
+    return bool(torch.isfinite(got).all()) and bool((got != 0).any()) and torch.equal(got, got.half().double())
+
+
 def _judge_grads(outs: dict, refs: dict, dtype, device, context, kernel: str, replay_inputs, causal, sm_scale,
-                 block_m, block_n, data, dq_tile_store=False, mixed=False) -> None:
+                 block_m, block_n, data, dq_tile_store=False, mixed=False, buffers=None, lays=None, d=None) -> None:
     tols, fails = {}, []
     top = max_score(replay_inputs[0], replay_inputs[1], causal, sm_scale)
     for name, placed in outs.items():
@@ -108,14 +119,18 @@ def _judge_grads(outs: dict, refs: dict, dtype, device, context, kernel: str, re
                  "with rows < seq_len) for its (batch, head) = (pid_1 // n_heads, pid_1 % n_heads)?")
     elif any(not torch.isfinite(g).all() for g in got.values()):
         name = next(n for n, g in got.items() if not torch.isfinite(g).all())
-        cause = nan_cause(name, data, S, block_n if kernel == DKDV else block_m, mixed)
+        cause = nan_cause(name, data, S, block_n if kernel == DKDV else block_m, mixed,
+                          other_block=block_m if kernel == DKDV else block_n)
+    elif dtype == torch.float32 and (held := [n for n, _ in fails if _fp16_values(got[n])]):
+        cause = (f"every value of {' and '.join(held)} is one that fp16 can hold, in an fp32 test: an accumulator (or "
+                 "the value stored) is fp16. " + FP32_ACCUMULATORS)
     else:
         close_enough = all(float((got[n] - refs[n]).abs().max()) < 64 * tols[n][0] for n, _ in fails)
         cause = diagnose(got, tols, refs, replay_inputs, causal, sm_scale, block_m, block_n,
                          "dkdv" if kernel == DKDV else "dq", dq_tile_store, dtype == torch.float32) or (
-            "the values are close but not within the rounding of an fp32 computation: keep the accumulators in fp32 "
-            "(tl.zeros(..., dtype=tl.float32)), convert P and dS to the inputs' dtype only for tl.dot, and the "
-            "gradients to theirs only at the store." if close_enough else None) or (
+            stride_cause(got, tols, refs, buffers, lays, replay_inputs[5], d, causal, sm_scale) if mixed else None) or (
+            "the values are close but not within the rounding of an fp32 computation: " + FP32_ACCUMULATORS
+            if close_enough else None) or (
             "compare with the formulas of section 1 tile by tile: P = exp(S - LSE), dV += Pᵀ dO, dP = dO Vᵀ, "
             "dS = P ∘ (dP - D), dK += dSᵀ Q, dQ += dS K; dQ and dK times sm_scale once; accumulators fp32; every "
             "tensor addressed with its own strides.")
@@ -229,7 +244,7 @@ def check_attention_bwd_dkdv(kernel, batch: int, heads: int, seq_len: int, head_
     replay_inputs = (q, k, v, do, o, lse)
     _judge_grads(checked, {n: refs[n] for n in checked}, dtype, device, context, DKDV, replay_inputs, causal,
                  sm_scale, block_m, block_n, data, dq_tile_store=atomic_dq,
-                 mixed=len(set(lays.values())) > 1)
+                 mixed=len(set(lays.values())) > 1, buffers={**placed, **checked}, lays=lays, d=d)
     if fence and fence_supported(device):
         fenced = [fenced_tensor(t, lays[n], device) for n, t in originals.items()]
         (lse2, k1), (d2, k2) = fenced_rows(lse, device), fenced_rows(d, device)
@@ -279,7 +294,7 @@ def check_attention_bwd_dq(kernel, batch: int, heads: int, seq_len: int, head_di
                                           "D": (d_v, d_f, d.float().reshape(d_v.shape), pad)}, context, DQ)
     _stray(out, context, DQ, seq_len, block_m, "BLOCK_M")
     _judge_grads(out, {"dQ": refs["dQ"]}, dtype, device, context, DQ, (q, k, v, do, o, lse), causal, sm_scale,
-                 block_m, block_n, data, mixed=len(set(lays.values())) > 1)
+                 block_m, block_n, data, mixed=len(set(lays.values())) > 1, buffers={**placed, **out}, lays=lays, d=d)
     if fence and fence_supported(device):
         fenced = [fenced_tensor(t, lays[n], device) for n, t in originals.items()]
         (lse2, k1), (d2, k2) = fenced_rows(lse, device), fenced_rows(d, device)

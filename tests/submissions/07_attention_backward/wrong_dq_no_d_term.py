@@ -1,4 +1,4 @@
-# dQ's dS leaves out D: dS = P * dP (the softmax's Jacobian needs dP - D).
+# dS = P ∘ dP in the dQ kernel: the D term left out.
 # expect-fail: test_attention_bwd_dq test_attention_bwd_dq_causal test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale test_attention_function_gradients test_attention_compiled_block test_attention_training_step
 # expect-message: the D term is missing
 # replaces: attention_bwd_dq_kernel

@@ -1,6 +1,6 @@
-# The dK/dV kernel recomputes the softmax over its key tile alone (maximum and sum of the tile) instead of reusing the forward's LSE.
+# dK stored without its sm_scale (dV rightly has none).
 # expect-fail: test_attention_bwd_dkdv_full_tiles test_attention_bwd_dkdv_ragged test_attention_bwd_dkdv_causal test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale test_attention_function_gradients test_attention_compiled_block test_attention_training_step
-# expect-message: a softmax over each key tile alone
+# expect-message: sm_scale is missing
 # replaces: attention_bwd_dkdv_kernel
 # other-solutions: source
 @triton.jit
@@ -61,10 +61,7 @@ def triton_attention_bwd_dkdv_kernel(
         keep = (offs_n[:, None] < seq_len) & in_seq[None, :]
         if CAUSAL:
             keep = keep & (rows[None, :] >= offs_n[:, None])
-        s_t = tl.where(keep, s_t, float("-inf"))
-        m_t = tl.max(s_t, 0)
-        e_t = tl.where(keep, tl.math.exp2(s_t - m_t[None, :]), 0.0)
-        p_t = e_t / tl.maximum(tl.sum(e_t, 0), 1e-30)[None, :]  # the mistake: normalised over this key tile only
+        p_t = tl.where(keep, tl.math.exp2(s_t - lse[None, :]), 0.0)  # Pᵀ, the forward's probabilities
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         dp_t = tl.dot(v, tl.trans(do))  # (dO Vᵀ)ᵀ
         ds_t = p_t * (dp_t - delta[None, :])  # dSᵀ
@@ -74,6 +71,6 @@ def triton_attention_bwd_dkdv_kernel(
             tl.atomic_add(dq_ptr + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm
                           + offs_d[None, :] * stride_dqd, dq, mask=in_seq[:, None])
     tl.store(dk_ptr + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-             (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys)
+             dk.to(dk_ptr.dtype.element_ty), mask=keys)
     tl.store(dv_ptr + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
              dv.to(dv_ptr.dtype.element_ty), mask=keys)

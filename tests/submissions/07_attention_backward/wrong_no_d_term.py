@@ -1,6 +1,6 @@
-# With ATOMIC_DQ, each key tile's part of dQ is stored with tl.store instead of added with tl.atomic_add: one key tile's part is kept.
-# expect-fail: test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_function_gradients test_attention_compiled_block test_attention_training_step
-# expect-message: one key tile's part only
+# dS = P ∘ dP in the dK/dV kernel: the D term (rowsum(dO ∘ O)) left out of the softmax's Jacobian.
+# expect-fail: test_attention_bwd_dkdv_full_tiles test_attention_bwd_dkdv_ragged test_attention_bwd_dkdv_causal test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale test_attention_function_gradients test_attention_compiled_block test_attention_training_step
+# expect-message: the D term is missing
 # replaces: attention_bwd_dkdv_kernel
 # other-solutions: source
 @triton.jit
@@ -64,11 +64,11 @@ def triton_attention_bwd_dkdv_kernel(
         p_t = tl.where(keep, tl.math.exp2(s_t - lse[None, :]), 0.0)  # Pᵀ, the forward's probabilities
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         dp_t = tl.dot(v, tl.trans(do))  # (dO Vᵀ)ᵀ
-        ds_t = p_t * (dp_t - delta[None, :])  # dSᵀ
+        ds_t = p_t * dp_t  # dSᵀ
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
         if ATOMIC_DQ:
             dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
-            tl.store(dq_ptr + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm
+            tl.atomic_add(dq_ptr + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm
                           + offs_d[None, :] * stride_dqd, dq, mask=in_seq[:, None])
     tl.store(dk_ptr + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
              (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys)

@@ -1,6 +1,7 @@
-# dK and dV are not accumulated over the query tiles: each tile's part replaces the last (the store after the loop keeps the last query tile's).
-# expect-fail: test_attention_bwd_dkdv_full_tiles test_attention_bwd_dkdv_ragged test_attention_bwd_dkdv_causal test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale test_attention_function_gradients test_attention_compiled_block test_attention_training_step
-# expect-message: the last query tile's part only
+# dK and dV accumulated in fp16: in fp32 tests the error is fp16's rounding (the fp16 test's own tolerance is
+# that wide, so only it passes).
+# expect-fail: test_attention_bwd_dkdv_full_tiles test_attention_bwd_dkdv_ragged test_attention_bwd_dkdv_causal test_attention_bwd_atomic_dq test_attention_bwd_strides test_attention_bwd_scores_and_scale test_attention_function_gradients test_attention_compiled_block
+# expect-message: keep the accumulators in fp32
 # replaces: attention_bwd_dkdv_kernel
 # other-solutions: source
 @triton.jit
@@ -43,8 +44,8 @@ def triton_attention_bwd_dkdv_kernel(
                 mask=keys, other=0.0)
     v = tl.load(v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
                 mask=keys, other=0.0)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float16)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float16)
     qk_scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e))
     lo = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0  # no query before the tile's first key sees it
     row0 = pid_bh.to(tl.int64) * seq_len
@@ -62,10 +63,10 @@ def triton_attention_bwd_dkdv_kernel(
         if CAUSAL:
             keep = keep & (rows[None, :] >= offs_n[:, None])
         p_t = tl.where(keep, tl.math.exp2(s_t - lse[None, :]), 0.0)  # Pᵀ, the forward's probabilities
-        dv = tl.dot(p_t.to(do.dtype), do)
+        dv += tl.dot(p_t.to(do.dtype), do).to(tl.float16)
         dp_t = tl.dot(v, tl.trans(do))  # (dO Vᵀ)ᵀ
         ds_t = p_t * (dp_t - delta[None, :])  # dSᵀ
-        dk = tl.dot(ds_t.to(q.dtype), q)
+        dk += tl.dot(ds_t.to(q.dtype), q).to(tl.float16)
         if ATOMIC_DQ:
             dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
             tl.atomic_add(dq_ptr + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm

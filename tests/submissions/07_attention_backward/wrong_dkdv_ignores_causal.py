@@ -1,6 +1,6 @@
-# The dK/dV kernel's scores are in log2 units for exp2, but the natural LSE is subtracted as stored.
-# expect-fail: test_attention_bwd_dkdv_full_tiles test_attention_bwd_dkdv_ragged test_attention_bwd_dkdv_causal test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_bwd_strides test_attention_bwd_scores_and_scale test_attention_function_gradients test_attention_compiled_block test_attention_training_step
-# expect-message: the natural LSE is subtracted as it is
+# The dK/dV kernel ignores CAUSAL (the forward was causal): every query tile visited, P never masked.
+# expect-fail: test_attention_bwd_dkdv_causal test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_function_gradients test_attention_compiled_block test_attention_training_step
+# expect-message: ignores CAUSAL
 # replaces: attention_bwd_dkdv_kernel
 # other-solutions: source
 @triton.jit
@@ -46,7 +46,7 @@ def triton_attention_bwd_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e))
-    lo = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0  # no query before the tile's first key sees it
+    lo = 0  # no query before the tile's first key sees it
     row0 = pid_bh.to(tl.int64) * seq_len
     for start_m in range(lo, seq_len, BLOCK_M):
         rows = start_m + offs_m
@@ -55,12 +55,10 @@ def triton_attention_bwd_dkdv_kernel(
                     mask=in_seq[:, None], other=0.0)
         do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows[:, None] * stride_dom
                      + offs_d[None, :] * stride_dod, mask=in_seq[:, None], other=0.0)
-        lse = tl.load(lse_ptr + row0 + rows, mask=in_seq, other=0.0)
+        lse = tl.load(lse_ptr + row0 + rows, mask=in_seq, other=0.0) * 1.4426950408889634
         delta = tl.load(delta_ptr + row0 + rows, mask=in_seq, other=0.0)
         s_t = tl.dot(k, tl.trans(q)) * qk_scale  # (BLOCK_N, BLOCK_M): Sᵀ in log2 units
         keep = (offs_n[:, None] < seq_len) & in_seq[None, :]
-        if CAUSAL:
-            keep = keep & (rows[None, :] >= offs_n[:, None])
         p_t = tl.where(keep, tl.math.exp2(s_t - lse[None, :]), 0.0)  # Pᵀ, the forward's probabilities
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         dp_t = tl.dot(v, tl.trans(do))  # (dO Vᵀ)ᵀ
