@@ -27,7 +27,7 @@ PICTURES = ARTIFACTS.parent / "browser-phases"
 # which runs the whole notebook, tests included); without its test cells its Run All stopped after one cell here.
 # Phase 7's recorded plot draws only once results/gpu-results.json holds its section (attention_backward, from
 # `tools/gpu_check.py --bench --sections attention_backward` on a GPU): until then it prints that nothing is recorded.
-NOT_RECORDED = {"07_attention_backward"}
+NOT_RECORDED: set[str] = set()
 RENDERED_PHASES = [p for p in PHASES if p != "06_fused_attention" and p not in NOT_RECORDED]
 
 

@@ -214,7 +214,12 @@ COUNTS_ALLOWED = {
                            "8 GiB of scratch": "docs/GPU-RUNS.md: 8256 MiB, the naive version at seq_len 8192",
                            "needed 65 MiB": "docs/GPU-RUNS.md: the fused kernel's memory (O and LSE)"},
     "07_attention_backward": {"15 to 20 minutes for the derivation": "a split of the card's 100-140 minutes: "
-                              "15-20, 10-15, 40-55, 20-25 and 15-25 add up to it"},
+                              "15-20, 10-15, 40-55, 20-25 and 15-25 add up to it",
+                              "2 × 128 × 128 fp32 values, need 256 registers a thread with 4 warps":
+                                  "the dK and dV accumulators of a 128-key tile at head_dim 128 over 4 warps' 128 "
+                                  "threads: arithmetic",
+                              "chose 64 × 64 with 4 warps": "the configuration the sweep chose, as docs/GPU-RUNS.md "
+                                                            "records it (tile shape and launch parameter)"},
 }
 
 

@@ -1,6 +1,6 @@
 # With ATOMIC_DQ, each key tile's part of dQ stored with tl.store instead of added with tl.atomic_add (a race on
 # a GPU; on the interpreter the last program's part wins).
-# expect-fail: test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_function_gradients test_attention_training_step
+# expect-fail: test_attention_bwd_atomic_dq test_attention_bwd_fp16 test_attention_function_gradients test_attention_compiled_block test_attention_training_step
 # expect-message: tl.atomic_add
 # replaces: attention_bwd_dkdv_kernel
 # other-solutions: source
