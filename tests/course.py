@@ -16,23 +16,21 @@ ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
 BIN = Path(sys.executable).parent
 # The fixtures graded through real nbgrader (tests/test_grading.py); every other fixture's verdict is
-# tests/test_verdicts.py's, through the grader's judge and sandboxed runner. In phases 4 and 5, whose notebooks also
-# have graded cells run in the notebook's own kernel (answers, statistics, configurations), one per failure class: a
-# correct variant, wrong values, a crash or stray access, a refused definition or a cheat. In phases 1, 2, 3 and 6
-# every graded cell is a %%kernel_test, scored by IsolatedKernelTests from kernels_from_notebook and run_cell alone,
-# whatever the notebook's run did: there nbgrader's score and feedback for a fixture that only changes kernels are
-# test_verdicts' verdict and report, so only what acts on the notebook's run (a cheat) and one stray access per
-# phase (a failing test's cause and seed asked of nbgrader's feedback) are graded here (2026-11-28: their correct
-# variants, wrong values and refused definitions moved to test_verdicts; tests/README.md, "What moved").
+# tests/test_verdicts.py's, through the grader's judge and sandboxed runner. In every phase each autograded cell is a
+# %%kernel_test (the answers, statistics and configurations of phases 4 and 5 are plain definitions judged in the
+# runner too), scored by IsolatedKernelTests from kernels_from_notebook and run_cell alone, whatever the notebook's
+# run did: nbgrader's score and feedback for a fixture that only changes definitions are test_verdicts' verdict and
+# report. So only what acts on the notebook's run (a cheat: an input transformer, patched checks, a redefined
+# wrapper) and one stray access a phase (a failing test's cause and seed asked of nbgrader's feedback) are graded here
+# (2026-11-28: the correct variants, wrong values and refused definitions moved to test_verdicts; tests/README.md,
+# "What moved").
 NBGRADER_FIXTURES = {
     # phase 1's other failure classes are CLASS_FIXTURES (a crash, an endless loop, monkeypatching, a broken cell)
     "01_vector_add": {"wrong_input_transformer"},
     "02_softmax": {"wrong_unmasked_load_masked_store"},
     "03_matmul_relu": {"wrong_k_tail_unmasked", "wrong_monkeypatch_checks"},
-    "04_benchmarking": {"correct_statistics_and_helpers", "wrong_gbps_gib", "wrong_kernel_unmasked_loads",
-                        "wrong_tampers_with_statistics"},
-    "05_autotuning": {"correct_pointer_advance_datacenter", "wrong_key_misspelt", "wrong_not_autotuned",
-                      "wrong_configs_from_a_function"},
+    "04_benchmarking": {"wrong_kernel_unmasked_loads"},
+    "05_autotuning": {"wrong_not_autotuned"},  # (no stray access among its fixtures: this one patches the checks)
     "06_fused_attention": {"wrong_unmasked_key_load", "wrong_wrapper_calls_sdpa"},
 }
 

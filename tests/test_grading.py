@@ -1,10 +1,9 @@
 """Real `nbgrader autograde` on every phase: the three standard learners (the reference handed in as the filled
 release with its tests deleted, the untouched release with its tests edited, a broken file) and the fixtures of
-tests/submissions/<assignment>/ that nbgrader's own run can change (NBGRADER_FIXTURES: in phases 4 and 5, with graded
-cells run in the notebook's kernel, one per failure class; in the others, whose every graded cell is a kernel test
-scored outside the notebook, the notebook-level cheats and one stray access a phase; phase 1's crash, endless loop,
-monkeypatching and broken unrelated cell are graded through nbgrader in tests/test_classroom.py's class,
-CLASS_FIXTURES).
+tests/submissions/<assignment>/ that nbgrader's own run can change (NBGRADER_FIXTURES: every autograded cell is a
+kernel test scored outside the notebook, so the notebook-level cheats, and one stray access a phase for nbgrader's
+feedback; phase 1's crash, endless loop, monkeypatching and broken unrelated cell are graded through nbgrader in
+tests/test_classroom.py's class, CLASS_FIXTURES).
 
 Every fixture's verdict is proved below this, in tests/test_verdicts.py, through the grader's own judge and
 sandboxed runner without nbgrader; here nbgrader's part is proved (restored tests, scores, feedback).
