@@ -255,9 +255,16 @@ KERNEL_BOUNDED = {"hostile_memfd_hog", "hostile_tmpfs_hog", "hostile_disk_filler
 # messages, its bounds, the lint's decoys): the same code under either grader, so graded by one only, the cheapest
 # that shows it (CI's time). hostile_socket_links acts through the notebook's run: under both.
 # Under course grade (two at a time) where either would do: plain nbgrader's side grades one at a time, CI's longer.
+# Three more whose attack reaches only what the same plugin makes inside `nbgrader autograde` under either grader:
+# the kills (ppid and pid 1, kill -9 -1) reach only the sandbox's own pid namespace and user, and the notebook's
+# dead kernel is ResilientExecute's, so under plain nbgrader, where one process grades the whole class (a kill that
+# got out would end it: zzz_after, graded after them by that process, would be missing); the 400 MB message is
+# refused as it arrives by ResilientExecute.message_limit, in the `nbgrader autograde` process either grader runs.
 ONE_GRADER = {"hostile_decoy_torch": "nbgrader",  # the lint, as the hostile_kernel_* learners
               "hostile_prints_hidden_then_crashes": "course_grade",  # its feedback HTML, as `course feedback` writes it
-              "hostile_judge_memory": "course_grade"}  # each learner's seconds in the state file
+              "hostile_judge_memory": "course_grade",  # each learner's seconds in the state file
+              "hostile_kill_parent": "nbgrader", "hostile_kill_everything": "nbgrader",
+              "hostile_huge_output": "course_grade"}
 
 
 def graders_of(name: str) -> list[str]:

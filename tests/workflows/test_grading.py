@@ -1,9 +1,9 @@
 """Real `nbgrader autograde` on every phase: the three standard learners (the reference handed in as the filled
-release with its tests deleted, the untouched release with its tests edited, a broken file) and one fixture of
-tests/submissions/<assignment>/ per failure class (NBGRADER_FIXTURES: a correct kernel written differently, wrong
-values, a crash or stray access, a refused definition, and in phase 1 a notebook-level cheat; phase 1's crash, endless
-loop, monkeypatching and broken unrelated cell are graded through nbgrader in tests/workflows/test_classroom.py's class,
-CLASS_FIXTURES).
+release with its tests deleted, the untouched release with its tests edited, a broken file) and the fixtures of
+tests/submissions/<assignment>/ that nbgrader's own run can change (NBGRADER_FIXTURES: every autograded cell is a
+kernel test scored outside the notebook, so the notebook-level cheats, and one stray access a phase for nbgrader's
+feedback; phase 1's crash, endless loop, monkeypatching and broken unrelated cell are graded through nbgrader in
+tests/workflows/test_classroom.py's class, CLASS_FIXTURES).
 
 Every fixture's verdict is proved below this, in tests/judged/test_verdicts.py, through the grader's own judge and
 sandboxed runner without nbgrader; here nbgrader's part is proved (restored tests, scores, feedback).

@@ -1,13 +1,13 @@
-"""The grading sandbox's hostile suite: every learner of tests/hostile/01_vector_add/ (patches the course, forges
-the gradebook, reads the hidden tests, calls the grader's machine, fork bomb, memory hog, memory in memfds and in a
-tmpfs of its own, disk filler, unlinked files, kills its parents, symlinks and ../ names) is graded, between two
-correct learners, once by plain `nbgrader autograde` and once by `python -m tritoncourse grade`, each in a course
-copy of its own, with its own copy of the package, so that nothing here can touch this checkout (those the lint
-refuses by plain nbgrader only, those the sandbox's kernel-enforced bounds contain by `course grade` only:
-KERNEL_BOUNDED; tests/support/hostile_class.py). Then: each loses only its own points, the course is unchanged, no
-output shows a hidden test or another learner's work, nothing is left running, grading ends in time. Issue 42's learners
-(the grader's own plumbing: the notebook kernel's socket links, a crash on a hidden case, a huge value for the judge,
-a decoy for the lint) have tests of their own below.
+"""The grading sandbox's hostile suite: every learner of tests/hostile/01_vector_add/ (patches the course, forges the
+gradebook, reads the hidden tests, calls the grader's machine, fork bomb, memory hog, memory in memfds and in a tmpfs
+of its own, disk filler, unlinked files, kills its parents, symlinks and ../ names) is graded, between two correct
+learners, once by plain `nbgrader autograde` and once by `python -m tritoncourse grade`, each in a course copy of its
+own, with its own copy of the package, so that nothing here can touch this checkout (those the lint refuses by plain
+nbgrader only, those the sandbox's kernel-enforced bounds contain by `course grade` only: KERNEL_BOUNDED; those whose
+attack reaches only what is the same under both, by one: ONE_GRADER; tests/support/hostile_class.py). Then: each loses only
+its own points, the course is unchanged, no output shows a hidden test or another learner's work, nothing is left
+running, grading ends in time. Issue 42's learners (the grader's own plumbing: the notebook kernel's socket links, a
+crash on a hidden case, a huge value for the judge, a decoy for the lint) have tests of their own below.
 
 Finally grading refuses to run without bubblewrap, naming the command that installs it, unless opted out.
 The sandbox's unit tests: tests/grader/test_sandbox_isolation.py, test_sandbox_bounds.py, test_sandbox_cgroups.py.
