@@ -4,8 +4,10 @@ import importlib.util
 import itertools
 
 import nbformat
+import torch
 
 from course import ROOT, notebook_calls
+from tritoncourse.checks import attention_backward as ab
 
 NOTEBOOK = ROOT / "source" / "07_attention_backward" / "07_attention_backward.ipynb"
 SEEDS = range(1, 5)
@@ -15,6 +17,17 @@ DKDV = notebook_calls(NOTEBOOK, "check_attention_bwd_dkdv")
 DQ = notebook_calls(NOTEBOOK, "check_attention_bwd_dq")
 PREPROCESS = notebook_calls(NOTEBOOK, "check_attention_bwd_preprocess")
 _count = itertools.count()
+
+
+def case(kw: dict, seed: int):
+    """A notebook call's inputs (Q, K, V, dO, O, LSE), its fp64 gradients, causal, sm_scale and dtype."""
+    dtype = kw.get("dtype", torch.float32)
+    scale = kw.get("sm_scale") or kw["head_dim"] ** -0.5
+    causal = kw.get("causal", False)
+    q, k, v, do = ab.make_inputs(kw["batch"], kw["heads"], kw["seq_len"], kw["head_dim"], dtype,
+                                 kw.get("data", "randn"), seed)
+    o, lse, d, dq, dk, dv = ab.backward_ref(q, k, v, do, causal, scale)
+    return (q, k, v, do, o, lse), dict(dQ=dq, dK=dk, dV=dv), causal, scale, dtype
 
 
 def _cell(grade_id: str) -> str:

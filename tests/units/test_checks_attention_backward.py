@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from attention_backward_cases import DKDV, DQ, PREPROCESS, SEEDS, kernels_module
+from attention_backward_cases import DKDV, DQ, PREPROCESS, SEEDS, case, kernels_module
 from tritoncourse.checking import KernelCheckError
 from tritoncourse.checks import attention_backward as ab
 from tritoncourse.checks.attention_backward.inputs import max_score
@@ -28,16 +28,6 @@ def test_the_notebook_has_cases_of_every_kind():
     assert {kw.get("data", "randn") for _, kw in every} >= {"randn", "large", "shifted", "huge_do"}
     assert {kw.get("dtype", torch.float32) for _, kw in every} == {torch.float32, torch.float16, torch.bfloat16}
     assert any(kw.get("sm_scale") for _, kw in every)
-
-
-def _case(kw, seed):
-    dtype = kw.get("dtype", torch.float32)
-    scale = kw.get("sm_scale") or kw["head_dim"] ** -0.5
-    causal = kw.get("causal", False)
-    q, k, v, do = ab.make_inputs(kw["batch"], kw["heads"], kw["seq_len"], kw["head_dim"], dtype,
-                                 kw.get("data", "randn"), seed)
-    o, lse, d, dq, dk, dv = ab.backward_ref(q, k, v, do, causal, scale)
-    return (q, k, v, do, o, lse), dict(dQ=dq, dK=dk, dV=dv), causal, scale, dtype
 
 
 def _kernel_arithmetic(q, k, v, do, o, lse, causal, scale, half=None):
@@ -85,7 +75,7 @@ def test_tolerance_passes_the_kernels_arithmetic_and_catches_each_mistake(kind, 
     mistake that changes the case's gradients moves at least one of them past it."""
     names = ("dK", "dV") + (("dQ",) if kw.get("atomic_dq") else ()) if kind == "dkdv" else ("dQ",)
     for seed in SEEDS:
-        inputs, refs, causal, scale, dtype = _case(kw, seed)
+        inputs, refs, causal, scale, dtype = case(kw, seed)
         top = max_score(inputs[0], inputs[1], causal, scale)
         device = "cpu" if dtype == torch.float32 else "cuda"
         tols = {n: ab.gradient_tolerance(dtype, device, refs[n], top)[:2] for n in names}
@@ -120,7 +110,7 @@ def test_the_diagnosis_names_each_replayed_mistake(mistake, words):
     """Causal, ragged, several tiles each way, fp32 and fp16: the replay of a mistake is named by its own words."""
     for dtype in (torch.float32, torch.float16):
         kw = dict(batch=1, heads=2, seq_len=50, head_dim=16, block_m=16, block_n=32, causal=True, dtype=dtype)
-        inputs, refs, causal, scale, _ = _case(kw, seed=3)
+        inputs, refs, causal, scale, _ = case(kw, seed=3)
         dq, dk, dv = ab.replay(*inputs, causal, scale, 16, 32, **mistake)
         kind = "dq" if "skip_diagonal" in mistake else "dkdv"
         names = ("dQ",) if set(mistake) & {"dq_tile", "skip_diagonal"} else ("dK", "dV")
@@ -135,7 +125,7 @@ def test_the_diagnosis_names_each_replayed_mistake(mistake, words):
                                           (lambda c: LOG2E, "sm_scale · log2(e)")], ids=["missing", "twice", "log2e"])
 def test_a_gradient_off_by_a_scale_is_named(factor, words):
     kw = dict(batch=1, heads=1, seq_len=40, head_dim=32, block_m=16, block_n=16)
-    (q, *_), refs, _, scale, _ = _case(kw, seed=2)
+    (q, *_), refs, _, scale, _ = case(kw, seed=2)
     named = ab.scale_cause("dQ", refs["dQ"].float() * factor(scale), refs["dQ"], scale)
     assert named and words in named, named
 

@@ -7,23 +7,13 @@ Fast: fp64 replays, and two small launches on the interpreter.
 import pytest
 import torch
 
-from attention_backward_cases import DKDV, DQ, SEEDS, kernels_module
+from attention_backward_cases import DKDV, DQ, SEEDS, case, kernels_module
 from tritoncourse.checking import KernelCheckError
 from tritoncourse.checks import attention_backward as ab
 from tritoncourse.checks.attention_backward.inputs import max_score
 
 WORDS = "the scores are not multiplied by sm_scale before the exponential"
 CASES = [("dkdv", g, kw) for g, kw in DKDV] + [("dq", g, kw) for g, kw in DQ]
-
-
-def _case(kw, seed):
-    dtype = kw.get("dtype", torch.float32)
-    scale = kw.get("sm_scale") or kw["head_dim"] ** -0.5
-    causal = kw.get("causal", False)
-    q, k, v, do = ab.make_inputs(kw["batch"], kw["heads"], kw["seq_len"], kw["head_dim"], dtype,
-                                 kw.get("data", "randn"), seed)
-    o, lse, d, dq, dk, dv = ab.backward_ref(q, k, v, do, causal, scale)
-    return (q, k, v, do, o, lse), dict(dQ=dq, dK=dk, dV=dv), causal, scale, dtype
 
 
 def _names(kind, kw):
@@ -35,7 +25,7 @@ def test_unscaled_scores_fail_every_case_of_the_notebook(kind, gid, kw):
     """On every tested case and seed the replay moves at least one checked gradient past its tolerance."""
     names = _names(kind, kw)
     for seed in SEEDS:
-        inputs, refs, causal, scale, dtype = _case(kw, seed)
+        inputs, refs, causal, scale, dtype = case(kw, seed)
         top = max_score(inputs[0], inputs[1], causal, scale)
         device = "cpu" if dtype == torch.float32 else "cuda"
         tols = {n: ab.gradient_tolerance(dtype, device, refs[n], top)[:2] for n in names}
@@ -51,7 +41,7 @@ def test_the_diagnosis_names_unscaled_scores(kind, causal):
     """fp32 (in fp16 the unscaled probabilities overflow: the gradients hold inf, which nan_cause names instead)."""
     dtype = torch.float32
     kw = dict(batch=1, heads=2, seq_len=50, head_dim=16, block_m=16, block_n=32, causal=causal, dtype=dtype)
-    inputs, refs, causal, scale, _ = _case(kw, seed=3)
+    inputs, refs, causal, scale, _ = case(kw, seed=3)
     dq, dk, dv = ab.replay(*inputs, causal, scale, 16, 32, scaled_scores=False)
     names = _names(kind, kw)
     got = {n: g.to(dtype) for n, g in dict(dQ=dq, dK=dk, dV=dv).items() if n in names}
@@ -65,7 +55,7 @@ def test_the_other_replays_keep_their_own_names():
     """The new replay comes after the LSE ones: a kernel with no LSE, or a natural LSE on log2 scores, is still
     named as before, not as unscaled scores."""
     kw = dict(batch=1, heads=2, seq_len=50, head_dim=16, block_m=16, block_n=32)
-    inputs, refs, causal, scale, _ = _case(kw, seed=5)
+    inputs, refs, causal, scale, _ = case(kw, seed=5)
     for mistake, words in ((dict(use_lse=False), "without subtracting the forward's LSE"),
                            (dict(lse_factor=0.6931471805599453), "the natural LSE is subtracted as it is")):
         dq, dk, dv = ab.replay(*inputs, causal, scale, 16, 32, **mistake)
