@@ -1,7 +1,7 @@
 #!/bin/bash
 # Developers only, on the device machine (`run` with carry [".whl"]; .whl/ from tools/device-wheels.sh): installs the
 # carried wheels into /opt/site, then runs the named suites, PAR (2) at a time, none started with less than MIN (150)
-# seconds left of BUDGET, and leaves $OUT/batch.log and $OUT/logs.tgz. Suites: g01..g06 (tests/workflows/test_grading.py -k the
+# seconds left of BUDGET, and leaves $OUT/batch.log and $OUT/logs.tgz. Suites: g01..g07 (tests/workflows/test_grading.py -k the
 # phase, sandboxed, compute-sanitizer on), v01..v06 (tests/judged/test_verdicts.py -k the phase: every fixture through the
 # judge and the sandboxed runner, compute-sanitizer on, no nbgrader), ref (every source notebook's kernel tests,
 # hidden cases included, through `python -m tritoncourse check`: judge and runner unsandboxed), dist (tests/workflows/test_distributed.py -k gpu), hog (the hostile memory hog, both
@@ -12,6 +12,9 @@
 # time left; leaves $OUT/soak-summary.json; 500 notebooks are three calls of SOAK=170 SOAK_SHARDS=6 SOAK_GRADE_JOBS=8 at
 # SOAK_OFFSET=0, 170, 340: about 310 s each on an H200 machine's 16 cores, 2026-11-26). FIXTURES overrides the fixtures graded, SHARDS (3) the
 # course copies a phase is split over; TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners.
+# v07a..v07h: phase 7's fixtures through test_verdicts in V07_SPLIT (4) parts, run side by side (about 65 s a fixture
+# under compute-sanitizer on an H200: one suite cannot hold them all); py: the command in
+# PY_CMD (a scratch measurement), its output in logs/py.log.
 # usage: bash tools/device-queue.sh BUDGET suite...   e.g. PAR=3 bash tools/device-queue.sh 560 g04 g05 g06 dist
 set -u
 T0=$(date +%s); BUDGET=$1; shift
@@ -29,15 +32,18 @@ python3 -c "import torch, triton, nbgrader, numpy, distributed; print('torch', t
 export TRITONCOURSE_GRADING_FLAGS="--IsolatedKernelTests.timeout_factor=1.0 --ResilientExecute.timeout=90 --IsolatedKernelTests.workers=2"
 export TRITONCOURSE_GRADING_SHARDS=${SHARDS:-3}
 export TRITONCOURSE_GRADING_FIXTURES=${FIXTURES:-wrong_unmasked_load_where,wrong_online_not_rescaled,wrong_k_tail_unmasked,wrong_fp16_accumulator,wrong_kernel_unmasked_loads,wrong_reads_fake_timer,wrong_programs_per_sm_true_division,wrong_shared_memory_over_227kb,wrong_unmasked_key_load}
-declare -A PH=([g01]=01_vector_add [g02]=02_softmax [g03]=03_matmul_relu [g04]=04_benchmarking [g05]=05_autotuning [g06]=06_fused_attention)
+declare -A PH=([g01]=01_vector_add [g02]=02_softmax [g03]=03_matmul_relu [g04]=04_benchmarking [g05]=05_autotuning [g06]=06_fused_attention [g07]=07_attention_backward)
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 start() {
   local s=$1 t; t=$(left); [ $t -lt ${MIN:-150} ] && { el "no time for $s"; return; }
   el "start $s with $t s"
   case $s in
     g0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/workflows/test_grading.py -k ${PH[$s]} > $L/$s.log 2>&1 ;;
+    v07[a-h]) python3 -m pytest --collect-only -q -p no:cacheprovider tests/judged/test_verdicts.py -k 07_attention_backward \
+          | grep '::' | awk -v q=$(( $(printf %d "'${s#v07}") - 97 )) -v n=${V07_SPLIT:-4} '(NR - 1) % n == q' > $L/$s.ids
+        timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider $(cat $L/$s.ids) > $L/$s.log 2>&1 ;;
     v0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/judged/test_verdicts.py -k ${PH[g${s#v}]} > $L/$s.log 2>&1 ;;
-    ref) for p in 01_vector_add 02_softmax 03_matmul_relu 04_benchmarking 05_autotuning 06_fused_attention; do
+    ref) for p in ${REF_PHASES:-01_vector_add 02_softmax 03_matmul_relu 04_benchmarking 05_autotuning 06_fused_attention 07_attention_backward}; do
            timeout -s INT -k 15 $t python3 -m tritoncourse check source/$p/$p.ipynb; done > $L/$s.log 2>&1 ;;
     cg) { timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/grader/test_sandbox_isolation.py \
             tests/grader/test_sandbox_bounds.py tests/grader/test_sandbox_cgroups.py
@@ -55,6 +61,7 @@ start() {
           --out $L/nb > $L/$s.log 2>&1; cp results/gpu-results.json $OUT/gpu-results.json ;;
     hx) TRITONCOURSE_HOSTILE_FIXTURES=${HOSTILE:-hostile_socket_links,hostile_prints_hidden_then_crashes,hostile_judge_memory,hostile_decoy_torch} \
           timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/workflows/test_sandbox_hostile.py > $L/$s.log 2>&1 ;;
+    py) timeout -s INT -k 15 $t bash -c "$PY_CMD" > $L/$s.log 2>&1 ;;
     ln) if nvidia-smi -L | grep -q H200; then timeout -s INT 80 python3 tools/gpu_check.py --bench --sections layer_norm --repeats 5 --out /tmp/gc \
           --where "device machine (bare image, wheels carried)" > $L/$s.log 2>&1; cp results/gpu-results.json $OUT/gpu-results.json; else echo "not an H200" > $L/$s.log; fi ;;
   esac

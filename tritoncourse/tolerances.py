@@ -130,5 +130,7 @@ TRAINING_LOSS = Tolerance(2e-6, 1e-6, "fp32 losses (about 1) of a tiny attention
                                       "interpreter, and three SGD steps kept the losses within one fp32 ulp (1.2e-7); "
                                       "a backward without D moved them by 6e-5 or more (tests/"
                                       "test_checks_attention_backward_training.py)")
-TRAINING_LOSS_TF32 = Tolerance(2e-3, 2e-3, "as TRAINING_LOSS on a GPU, where fp32 tl.dot rounds to tf32 (4.9e-4 "
-                                           "relative) in the forward and the backward: set by hand, not measured yet")
+TRAINING_LOSS_TF32 = Tolerance(1e-4, 1e-4, "as TRAINING_LOSS on a GPU, where fp32 tl.dot rounds to tf32 in the forward "
+                                           "and the backward: the notebook's kernels' losses came within 3.0e-5 "
+                                           "relative of SDPA's (H200, 2026-11-28, 16 cases of three steps), so a wrong "
+                                           "gradient is told by the gradients the check compares at each step")

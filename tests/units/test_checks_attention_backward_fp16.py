@@ -13,6 +13,7 @@ from attention_backward_cases import DKDV, DQ, kernels_module
 from tritoncourse.checking import KernelCheckError
 from tritoncourse.checks import attention_backward as ab
 from tritoncourse.checks.attention_backward.kernels import _fp16_values
+from tritoncourse.device import infer_device
 
 WORDS = "keep the accumulators in fp32"
 FP16_ACCUMULATORS = [
@@ -33,12 +34,16 @@ def fp16_module(tmp_path_factory):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fp16_accumulators_are_named_on_every_seed(fp16_module, seed):
-    """The notebook's first dK/dV case (fp32, whole tiles): the cause names fp16 accumulators."""
+    """The notebook's first dK/dV case (fp32, whole tiles): the cause names fp16 accumulators. On a GPU that case is
+    judged at tf32's tolerance, which fp16 accumulation over two tiles stays within (H200, 2026-11-28): there the
+    notebook's case with dO past fp16's range catches it (the accumulator overflows), with the same words."""
+    gpu = infer_device() == "cuda"
     with pytest.raises(KernelCheckError) as err:
         ab.check_attention_bwd_dkdv(fp16_module.triton_attention_bwd_dkdv_kernel, batch=1, heads=2, seq_len=64,
-                                    head_dim=16, block_m=16, block_n=32, seed=seed, fence=False)
+                                    head_dim=16, block_m=16, block_n=32, seed=seed, fence=False,
+                                    **(dict(data="huge_do") if gpu else {}))
     cause = str(err.value).split("Likely cause:")[-1]
-    assert WORDS in cause and "fp16 can hold" in cause, str(err.value)
+    assert WORDS in cause and ("past fp16's range" if gpu else "fp16 can hold") in cause, str(err.value)
 
 
 def test_a_right_kernels_fp32_gradients_are_never_all_fp16_values():

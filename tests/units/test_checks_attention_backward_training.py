@@ -12,7 +12,10 @@ from attention_backward_cases import kernels_module
 from tritoncourse.checking import KernelCheckError
 from tritoncourse.checks import attention_backward as ab
 from tritoncourse.checks.attention_backward import training
-from tritoncourse.tolerances import TRAINING_LOSS
+from tritoncourse.checks.attention_backward.inputs import gradient_tolerance
+from tritoncourse.device import infer_device
+
+DEVICE = infer_device()
 
 NO_D = [("ds = p * (dp - delta[:, None])", "ds = p * dp"),
         ("ds_t = p_t * (dp_t - delta[None, :])", "ds_t = p_t * dp_t")]
@@ -53,26 +56,40 @@ def test_a_wrong_backward_fails_autograd_with_the_gradient_named(tmp_path, subs,
 
 def test_a_wrong_backward_fails_the_training_steps_and_the_compiled_block(tmp_path):
     wrong = _kernels(kernels_module(tmp_path, DQ_UNSCALED))
-    with pytest.raises(KernelCheckError, match="Wrong loss per step"):
+    with pytest.raises(KernelCheckError, match="Wrong gradient of qkv.weight at step 1"):
         ab.check_training_step(*wrong, seq_len=24, causal=True, seed=5)
     with pytest.raises(KernelCheckError, match="Wrong the gradient of qkv.weight"):
         ab.check_compiled_attention(*wrong, seq_len=24, causal=True, seed=5)
 
 
-@pytest.mark.parametrize("seed", [6, 7])
-def test_one_wrong_gradient_moves_the_losses_far_past_the_tolerance(right, tmp_path, seed):
-    """The losses of a backward without D part from SDPA's by ten times what TRAINING_LOSS allows or more (so the
-    tolerance is not what lets a wrong kernel through), while the right kernels' stay within half of it."""
-    def losses(kernels):
-        ours, ref = training._block_pair(training.Kernels(*kernels), 32, 2, True, seed=seed)
-        x, target = training._data(2, 24, 32, seed=seed)
-        return training.train_losses(ours, x, target, 3), training.train_losses(ref, x, target, 3)
+def _side_by_side(kernels, seed):
+    """(the largest |loss difference| / allowed over three steps, the largest |gradient difference| / allowed of the
+    first step), with the check's own tolerances on this device."""
+    ours, ref = training._block_pair(training.Kernels(*kernels), 32, 2, True, seed=seed)
+    x, target = training._data(2, 24, 32, seed=seed)
+    loss_tol, loss_ratio, grad_ratio = training._loss_tolerance(), 0.0, 0.0
+    for step, loss, ref_loss, grads in training.train_side_by_side(ours, ref, x, target, 3):
+        allowed = loss_tol.atol + loss_tol.rtol * ref_loss.abs()
+        loss_ratio = max(loss_ratio, float(((loss - ref_loss).abs() / allowed).max()))
+        if step == 0:
+            for _, got, want in grads:
+                atol, rtol = gradient_tolerance(torch.float32, DEVICE, want)[:2]
+                grad_ratio = max(grad_ratio, float(((got - want).abs() / (atol + rtol * want.abs())).max()))
+    return loss_ratio, grad_ratio
 
-    ours, sdpa = losses(right)
-    allowed = TRAINING_LOSS.atol + TRAINING_LOSS.rtol * sdpa.abs()
-    assert bool(((ours - sdpa).abs() < allowed / 2).all()), (ours, sdpa)
-    wrong, sdpa = losses(_kernels(kernels_module(tmp_path, NO_D)))
-    assert float(((wrong - sdpa).abs() / allowed).max()) > 10, (wrong, sdpa)
+
+@pytest.mark.parametrize("seed", [6, 7])
+def test_one_wrong_gradient_fails_by_far_and_the_right_kernels_pass_by_far(right, tmp_path, seed):
+    """A backward without D: its first step's gradients part from SDPA's by ten times the tolerance or more, and on
+    the interpreter its losses too (on a GPU, tf32 moves the losses as much as three steps of it do: the gradients
+    are the evidence there; H200, 2026-11-28: 11.7x at the least over 16 cases). The right kernels stay within half
+    of every tolerance (so the tolerance is not what lets a wrong kernel through, nor what fails a right one)."""
+    loss_ratio, grad_ratio = _side_by_side(right, seed)
+    assert loss_ratio < 0.5 and grad_ratio < 0.5, (loss_ratio, grad_ratio)
+    loss_ratio, grad_ratio = _side_by_side(_kernels(kernels_module(tmp_path, NO_D)), seed)
+    assert grad_ratio > 10, grad_ratio
+    if DEVICE == "cpu":
+        assert loss_ratio > 10, loss_ratio
 
 
 def test_the_notebook_shows_the_same_autograd_op_and_block_the_checks_run():

@@ -5,7 +5,7 @@ their inputs and fp64 reference (:mod:`.inputs`), the replayed mistakes that nam
 training (:mod:`.training`)."""
 from __future__ import annotations
 
-from .diagnosis import GRADS, diagnose, replay, scale_cause
+from .diagnosis import GRADS, diagnose, one_key_tile, replay, scale_cause
 from .inputs import (DATA, NAMES, PRESETS, backward_ref, gradient_tolerance, layouts_of, make_inputs)
 from .kernels import (DKDV, DQ, PREPROCESS, SIGNATURES, check_attention_bwd_dkdv, check_attention_bwd_dq,
                       check_attention_bwd_preprocess)
@@ -15,5 +15,5 @@ from .training import (FORWARD, AttentionFunction, check_attention_function,
 __all__ = ["check_attention_bwd_preprocess", "check_attention_bwd_dkdv", "check_attention_bwd_dq",
            "check_attention_function", "check_compiled_attention", "check_training_step",
            "AttentionFunction", "FORWARD", "backward_ref",
-           "gradient_tolerance", "make_inputs", "layouts_of", "replay", "diagnose", "scale_cause", "GRADS", "DATA",
+           "gradient_tolerance", "make_inputs", "layouts_of", "replay", "one_key_tile", "diagnose", "scale_cause", "GRADS", "DATA",
            "NAMES", "PRESETS", "PREPROCESS", "DKDV", "DQ", "SIGNATURES"]

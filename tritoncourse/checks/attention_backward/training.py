@@ -11,7 +11,9 @@ never imports, calls or unpickles a learner's class, op or model.
   ``register_autograd``); ``torch.compile(fullgraph=True)`` traces a one-layer attention block through it (a graph
   break fails); its loss and parameter gradients against the same block on PyTorch's SDPA.
 - :func:`check_training_step`: a few optimizer steps of that block on the kernels and on SDPA, from the same weights:
-  the losses step for step within tolerances.TRAINING_LOSS.
+  the losses step for step within tolerances.TRAINING_LOSS, and each step's parameter gradients within the gradients'
+  tolerance (on a GPU, tf32 rounding moves the losses as much as a wrong gradient does in three steps: measured on an
+  H200, the gradients tell them apart by 11x or more).
 """
 from __future__ import annotations
 
@@ -331,11 +333,29 @@ def check_compiled_attention(forward, preprocess, dkdv, dq, *, batch: int = 2, s
     stage("done")
 
 
+def train_side_by_side(ours, ref, x, target, steps: int, lr: float = 0.5):
+    """``steps`` SGD steps (momentum 0.9) of both models in lockstep: yields (step, loss of ours, loss of ref, [(name,
+    its gradient in ours, in ref)]) after each backward, before the step."""
+    opts = [torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9) for m in (ours, ref)]
+    for step in range(steps):
+        losses = []
+        for model, opt in zip((ours, ref), opts):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), target)
+            loss.backward()
+            losses.append(loss.detach().double().reshape(1))
+        grads = [(name, p.grad, r.grad) for (name, p), (_, r) in zip(ours.named_parameters(), ref.named_parameters())]
+        yield step, losses[0], losses[1], grads
+        for opt in opts:
+            opt.step()
+
+
 def check_training_step(forward, preprocess, dkdv, dq, *, batch: int = 2, seq_len: int, embed: int = 32,
                         heads: int = 2, causal: bool = False, dq_mode: str = "kernel", steps: int = 3,
                         seed: int | None = None) -> None:
     """``steps`` SGD steps (lr 0.5, momentum 0.9) of the attention block on the learner's kernels and, from the same
-    weights and data, on SDPA: the losses step for step within tolerances.TRAINING_LOSS."""
+    weights and data, on SDPA: at each step the loss within tolerances.TRAINING_LOSS and every parameter's gradient
+    within the gradients' tolerance."""
     kern = Kernels(forward, preprocess, dkdv, dq, dq_mode)
     seed = fresh_seed() if seed is None else seed
     kern.context = Case(f"{steps} training steps, batch={batch}, seq_len={seq_len}, embed={embed}, heads={heads}, "
@@ -343,15 +363,17 @@ def check_training_step(forward, preprocess, dkdv, dq, *, batch: int = 2, seq_le
                         "training steps", "causal" if causal else "not causal", f"dQ by {dq_mode}")
     ours, ref = _block_pair(kern, embed, heads, causal, seed)
     x, target = _data(batch, seq_len, embed, seed)
-    losses = {}
-    for label, model in (("ours", ours), ("sdpa", ref)):
-        stage(f"{steps} training steps on {label} ({kern.context})")
-        losses[label] = train_losses(model, x, target, steps)
-    _judge("loss per step", losses["ours"], losses["sdpa"], _loss_tolerance()[:2], kern.context,
-           _cause("the losses part from SDPA's: the first step's says the forward, a later one the gradients."))
+    stage(f"{steps} training steps on your kernels and on SDPA ({kern.context})")
+    for step, loss, ref_loss, grads in train_side_by_side(ours, ref, x, target, steps):
+        _judge(f"loss at step {step + 1}", loss, ref_loss, _loss_tolerance()[:2], kern.context,
+               _cause("the losses part from SDPA's: at step 1 the forward, later the gradients of the steps before."))
+        for pname, got, want in grads:
+            _judge(f"gradient of {pname} at step {step + 1}", got, want,
+                   gradient_tolerance(torch.float32, infer_device(), want)[:2], kern.context,
+                   _cause("the block's backward through your kernels differs from SDPA's."))
     stage("done")
 
 
 __all__ = ["FORWARD", "TILES", "Kernels", "AttentionFunction", "AttentionBlock", "attention_forward",
-           "attention_backward", "attention_op", "guarded", "train_losses", "check_attention_function",
+           "attention_backward", "attention_op", "guarded", "train_losses", "train_side_by_side", "check_attention_function",
            "check_compiled_attention", "check_training_step"]
