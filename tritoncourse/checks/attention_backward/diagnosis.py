@@ -84,18 +84,16 @@ def replay(q, k, v, do, o, lse, causal, sm_scale, block_m, block_n, *, delta=Tru
 
 
 def one_key_tile(got, inputs, causal, sm_scale, block_m, block_n, atol: float, rtol: float) -> bool:
-    """Whether every query tile of ``got`` (dQ) holds one key tile's part alone: the mistake of a tl.store where
-    ATOMIC_DQ needs tl.atomic_add. Which key tile's program stores last is the GPU's choice (on the interpreter the
-    last one), so each query tile may hold any key tile's part."""
+    """Whether every element of ``got`` (dQ) is one key tile's part alone: the mistake of a tl.store where ATOMIC_DQ
+    needs tl.atomic_add. Which key tile's program stores last is the GPU's choice, element by element (a tile's store
+    is many threads' writes; on the interpreter the last program's whole tile), so each element may hold any key
+    tile's part."""
     S = got.shape[-2]
     g = got.double().cpu()
-    fits = torch.zeros(g.shape[:-2] + (-(-S // block_m),), dtype=torch.bool)
+    fits = torch.zeros(g.shape, dtype=torch.bool)
     for j in range(-(-S // block_n)):
         part = replay(*inputs, causal, sm_scale, block_m, block_n, dq_tile=j)[0]
-        over = ((g - part).abs() - (atol + rtol * part.abs())).amax(-1)  # per row: > 0 where it does not fit
-        pad = fits.shape[-1] * block_m - S
-        over = torch.nn.functional.pad(over, (0, pad), value=float("-inf"))
-        fits |= over.reshape(*over.shape[:-1], -1, block_m).amax(-1) <= 0
+        fits |= (g - part).abs() <= atol + rtol * part.abs()
     return bool(fits.all())
 
 

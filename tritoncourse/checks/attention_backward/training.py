@@ -32,9 +32,12 @@ from .kernels import DKDV, DQ, PREPROCESS, SIGNATURES
 FORWARD = "triton_attention_kernel"
 FORWARD_SIGNATURE = ("triton_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, <4 strides each of q, k, v, o>, "
                      "n_heads, seq_len, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL)")
-# (BLOCK_M, BLOCK_N) of each launch, as the notebook's wrappers choose them
-TILES = {"cuda": {"forward": (128, 64), "preprocess": (128, None), "dkdv": (32, 128), "dq": (128, 32)},
-         "cpu": {"forward": (32, 16), "preprocess": (16, None), "dkdv": (16, 32), "dq": (32, 16)}}
+# (BLOCK_M, BLOCK_N) of each launch: the notebook's CPU wrappers' tiles, on every device, so that the checks' sequences
+# of 24 to 48 span several tiles each way. With the notebook's GPU tiles (128 keys a dK/dV program, 128 queries a dQ
+# program) they were one tile on an H200 (2026-11-28), and a dQ stored instead of atomically added, or a softmax per key
+# tile, passed the whole-op checks there.
+SMALL_TILES = {"forward": (32, 16), "preprocess": (16, None), "dkdv": (16, 32), "dq": (32, 16)}
+TILES = {"cuda": SMALL_TILES, "cpu": SMALL_TILES}
 
 
 class Kernels:
@@ -62,7 +65,10 @@ def guarded(t: torch.Tensor) -> torch.Tensor:
     if 0 in t.stride():  # a broadcast dO (the gradient of a sum): its own copy, then guarded
         t = t.contiguous()
     span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)
-    flat = torch.full((span + GUARD_ROWS * t.shape[-1],), float("nan"), dtype=t.dtype, device=t.device)
+    # rows past the end are a row stride apart (a transposed view's is heads x head_dim): GUARD_ROWS of them, so that an
+    # unmasked read past the last row reads NaN here, not past the allocation (compute-sanitizer's report on a GPU)
+    row = max(abs(t.stride(-2)) if t.dim() > 1 else 1, t.shape[-1])
+    flat = torch.full((span + GUARD_ROWS * row,), float("nan"), dtype=t.dtype, device=t.device)
     view = flat.as_strided(t.shape, t.stride(), 0)
     view.copy_(t.detach())
     return view
@@ -243,7 +249,8 @@ def _loss_tolerance():
 
 def _cause(words: str) -> str:
     return (f"{words} The kernels' own tests above say which kernel is wrong; here the forward kernel, then the "
-            "three backward kernels, run as the notebook's attention_forward and attention_backward launch them.")
+            "three backward kernels, run as the notebook's attention_forward and attention_backward launch them (with the "
+            "CPU's small tiles on every device, so that each case spans several).")
 
 
 # ------------------------------------------------------------------------------------------- the checks
