@@ -149,6 +149,15 @@ def test_a_gradient_off_by_a_scale_is_named(factor, words):
     (q, *_), refs, _, scale, _ = case(kw, seed=2)
     named = ab.scale_cause("dQ", refs["dQ"].float() * factor(scale), refs["dQ"], scale)
     assert named and words in named, named
+    # a GPU's right gradient is within the test's tolerance of the reference, not equal to it (tf32): its multiple
+    # is named too (on an H200 the missing sm_scale got the generic hint before the tolerance was passed in)
+    atol = ab.gradient_tolerance(torch.float32, "cuda", refs["dQ"])[0]
+    noise = (torch.rand(refs["dQ"].shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1)
+    noisy = (refs["dQ"] + 0.9 * atol * noise) * factor(scale)
+    named = ab.scale_cause("dQ", noisy, refs["dQ"], scale, atol)
+    assert named and words in named, named
+    # and a gradient wrong by more than its tolerance in a way no scale explains is not named a scale
+    assert ab.scale_cause("dQ", refs["dQ"] + 20 * atol * noise, refs["dQ"], scale, atol) is None
 
 
 # ---- the notebook's kernels, launched: correct, and with one mistake written in ------------------------------------
