@@ -8,6 +8,8 @@ tests/workflows/test_classroom.py's class, CLASS_FIXTURES).
 Every fixture's verdict is proved below this, in tests/judged/test_verdicts.py, through the grader's own judge and
 sandboxed runner without nbgrader; here nbgrader's part is proved (restored tests, scores, feedback).
 TRITONCOURSE_GRADING_FIXTURES=all grades every fixture through nbgrader too (a GPU run, a release check).
+Phase 7's hostile learners are handed in to the same run, in the reference's course (tests/support/hostile_phases.py;
+their questions: tests/workflows/test_hostile_phases.py), unless TRITONCOURSE_GRADING_FIXTURES names others only.
 
 Each phase is graded once (all its submissions, one gradebook); the tests then ask the gradebook and the
 autograded notebooks questions.
@@ -23,6 +25,7 @@ from conftest import DEVICE
 from baseline import CELL_TIMEOUT, TIMEOUT_FACTOR
 from course import (CLASS_FIXTURES, NBGRADER_FIXTURES, SCALED_DOWN, SUBMISSIONS, Course, fill_solution_regions,
                     fixtures, graded_test_ids)
+from hostile_phases import HostileSubmissions
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct
@@ -54,6 +57,14 @@ def chosen(assignment: str, name: str) -> bool:
     if _ONLY == "all":
         return True
     return name in ONLY if ONLY else name in NBGRADER_FIXTURES.get(assignment, set())
+
+
+def hostile_chosen() -> bool:
+    """Whether the phases' hostile learners (tests/support/hostile_phases.py) are graded in this run: unless
+    TRITONCOURSE_GRADING_FIXTURES names fixtures and not `hostile`."""
+    return _ONLY == "all" or not ONLY or "hostile" in ONLY
+
+
 # TRITONCOURSE_GRADING_STANDARD=0 leaves out the three standard learners (their tests are skipped, saying so): a GPU
 # run that has already graded them spends its time on fixtures alone.
 STANDARD = os.environ.get("TRITONCOURSE_GRADING_STANDARD", "1") != "0"
@@ -77,8 +88,9 @@ SHARDS = int(os.environ.get("TRITONCOURSE_GRADING_SHARDS", 0)) or max(1, min(4, 
 
 
 class Graded:
-    def __init__(self, courses: dict[str, Course], assignment: str, procs):
+    def __init__(self, courses: dict[str, Course], assignment: str, procs, hostile: HostileSubmissions):
         self.courses, self.assignment, self.procs = courses, assignment, procs
+        self.hostile = hostile  # the phase's hostile learners (tests/workflows/test_hostile_phases.py)
         any_course = next(iter(courses.values()))
         self.tests = graded_test_ids(any_course.source_notebook(assignment))
         self.kernel_tests = _kernel_tests(any_course.source_notebook(assignment))
@@ -146,10 +158,16 @@ def graded(tmp_path_factory):
             for fx in fixtures(assignment):
                 if chosen(assignment, fx.name):
                     submit(fx.name, fx.notebook(release, source))
+            # the phase's hostile learners (tests/support/hostile_phases.py), beside the reference: its gradebook
+            hostile = HostileSubmissions()
+            if hostile_chosen():
+                hostile.submit(courses.get(REFERENCE, shards[0]), assignment, release, source)
+                courses.update(hostile.courses)
+                hostile.record()
             runs = [(c, FLAGS) for c in shards] + [(c, ENDLESS_FLAGS) for c in endless]
             with ThreadPoolExecutor(len(runs)) as pool:
                 procs = list(pool.map(lambda run: run[0].autograde(assignment, *run[1]), runs))
-            _cache[assignment] = Graded(courses, assignment, procs)
+            _cache[assignment] = Graded(courses, assignment, procs, hostile)
         return _cache[assignment]
 
     return grade
