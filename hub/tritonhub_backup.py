@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import exchange_service
@@ -54,6 +55,33 @@ def _students(gradebook: Path) -> dict[str, dict]:
     return {r[0]: {"first_name": r[1] or "", "last_name": r[2] or "", "email": r[3] or ""} for r in rows}
 
 
+def pg_command(tool: str, url: str, *args: str) -> tuple[list[str], dict]:
+    """``tool`` (pg_dump, psql) on the PostgreSQL database of ``url`` (postgresql[+driver]://user:password@host:port/db):
+    the argument list names host, port, user and database; the password travels in the child's environment
+    (PGPASSWORD), never in its arguments, which every user of the machine can read (ps, /proc/PID/cmdline)."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.scheme.startswith("postgresql") or not parts.path.strip("/"):
+        raise ValueError("not a PostgreSQL database URL")
+    argv = [tool, "-h", parts.hostname or "localhost", "-p", str(parts.port or 5432), "-d",
+            urllib.parse.unquote(parts.path.strip("/"))]
+    if parts.username:
+        argv += ["-U", urllib.parse.unquote(parts.username)]
+    env = dict(os.environ)
+    env.pop("TRITONCOURSE_DB_URL", None)
+    if parts.password is not None:
+        env["PGPASSWORD"] = urllib.parse.unquote(parts.password)
+    return argv + list(args), env
+
+
+def _pg_dump(url: str, out: Path) -> None:
+    """The database of ``url`` as SQL in ``out`` (mode 0600): each object dropped if it exists, then made again, so that
+    psql restores it over a database that holds the same tables."""
+    argv, env = pg_command("pg_dump", url, "--no-owner", "--clean", "--if-exists")
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        subprocess.run(argv, stdout=f, env=env, check=True)
+
+
 def backup(settings: Settings, dest: Path) -> Path:
     """A consistent copy of the gradebook (SQLite's backup API while the hub may be writing it; ``pg_dump`` when
     TRITONCOURSE_DB_URL names PostgreSQL), tarballs of the course directory (source, submitted, autograded,
@@ -66,9 +94,7 @@ def backup(settings: Settings, dest: Path) -> Path:
     course = settings.course_dir
     url = os.environ.get("TRITONCOURSE_DB_URL", "")
     if url.startswith("postgresql"):
-        with open(out / "gradebook.sql", "wb") as f:
-            subprocess.run(["pg_dump", "--no-owner", url.replace("+psycopg", "").replace("+psycopg2", "")],
-                           stdout=f, check=True)
+        _pg_dump(url, out / "gradebook.sql")
     elif (course / "gradebook.db").exists():
         src = sqlite3.connect(f"file:{course / 'gradebook.db'}?mode=ro", uri=True)
         dst = sqlite3.connect(out / "gradebook.db")
@@ -152,9 +178,29 @@ def _extract(tarball: Path, top: str, dest: Path, check_only: bool = False) -> b
         return True
 
 
+def _restore_postgres(settings: Settings, sql: Path, url: str, stamp: str) -> None:
+    """The backup's SQL loaded into the database of ``url`` in one transaction (all or nothing), after the database
+    as it is was dumped to <state>/gradebook.before-restore-STAMP.sql (set aside, as the folders are)."""
+    state = Path(settings.state)
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    aside = state / f"gradebook.before-restore-{stamp}.sql"
+    for n in range(2, 100):  # two restores in one second: the first's copy is kept
+        if not aside.exists():
+            break
+        aside = state / f"gradebook.before-restore-{stamp}-{n}.sql"
+    _pg_dump(url, aside)
+    argv, env = pg_command("psql", url, "--single-transaction", "-v", "ON_ERROR_STOP=1", "-q", "-X", "-f", str(sql))
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"tritonhub: the gradebook's SQL was refused, nothing restored (the database is as it was; its "
+                 f"copy: {aside}):\n{r.stderr.strip()[-2000:]}")
+    print(f"tritonhub: gradebook restored into PostgreSQL; the database as it was before: {aside}")
+
+
 def restore(settings: Settings, folder: Path) -> None:
     """The backup in ``folder`` put back, with the hub stopped: the course directory and the exchange as they were
-    (the present ones set aside, never deleted), the gradebook from its consistent copy, every learner's home (an
+    (the present ones set aside, never deleted), the gradebook from its consistent copy (PostgreSQL's into the database
+    TRITONCOURSE_DB_URL names, in one transaction, the database as it was dumped aside first), every learner's home (an
     account missing on this machine is made again, with a new password in <state>/passwords.csv), owners by name and
     modes kept. Start the hub afterwards."""
     if os.geteuid() != 0:
@@ -166,9 +212,10 @@ def restore(settings: Settings, folder: Path) -> None:
         manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError) as err:
         sys.exit(f"tritonhub: {folder} is not a backup of `tritonhub.py backup` ({MANIFEST}: {err})")
-    if (folder / "gradebook.sql").exists():
-        sys.exit(f"tritonhub: the gradebook is PostgreSQL's: load {folder / 'gradebook.sql'} into an empty database "
-                 "with `psql \"$TRITONCOURSE_DB_URL\" -f gradebook.sql` first; this restore puts back SQLite only")
+    url = os.environ.get("TRITONCOURSE_DB_URL", "")
+    if (folder / "gradebook.sql").exists() and not url.startswith("postgresql"):
+        sys.exit(f"tritonhub: the backup's gradebook is PostgreSQL's ({folder / 'gradebook.sql'}): set "
+                 "TRITONCOURSE_DB_URL to the database to restore it into (the hub's), then restore again")
     course = settings.course_dir
     trees = [(folder / "course.tar.gz", Path(manifest["course"]).name, course),
              (folder / "exchange.tar.gz", Path(manifest["exchange"]).name, Path(settings.exchange))]
@@ -180,6 +227,8 @@ def restore(settings: Settings, folder: Path) -> None:
     for tarball, top, dest in trees + homes:
         _extract(tarball, top, dest, check_only=True)  # every tarball checked before anything is changed
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if (folder / "gradebook.sql").exists():  # first: a refused SQL changes nothing (one transaction), files included
+        _restore_postgres(settings, folder / "gradebook.sql", url, stamp)
     made = []
     for name in manifest["homes"]:  # before the files: their owners are named in the tarballs
         if not user_exists(name):

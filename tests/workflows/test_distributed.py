@@ -14,7 +14,8 @@ notebooks of some of its learners are graded again, here with one seed:
 Every gradebook value must equal the baseline's, and no learner may be lost or doubled. (Dask's worker grades one
 learner by the same private `nbgrader autograde` as local grading, whose equality with the baseline on the whole
 class of troubles tests/workflows/test_classroom.py proves.) The class, its helpers and the baseline's rows:
-tests/support/cluster_grading.py.
+tests/support/cluster_grading.py. On the same PostgreSQL server, the hub's backup and restore of a gradebook there
+(hub/tritonhub_backup.py).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import csv
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -48,6 +50,59 @@ def postgres():
         pytest.fail(str(err))
     yield server
     server.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="tritonhub.py restore runs as root (CI is root)")
+def test_the_hubs_backup_and_restore_bring_a_postgresql_gradebook_back(postgres, tmp_path, monkeypatch):
+    """hub/tritonhub.py backup dumps a PostgreSQL gradebook; after it changed, restore loads the backup's rows back in
+    one transaction, the changed database dumped aside first; SQL the database refuses changes nothing. The password
+    is never in pg_dump's or psql's arguments (any local user, a learner on the hub, reads those with ps)."""
+    import psycopg
+
+    sys.path.insert(0, str(ROOT / "hub"))
+    import tritonhub_backup
+    from tritonhub_common import Settings
+
+    url = postgres.create_database("hub_restore")
+    db = dict(host="127.0.0.1", port=postgres.port, user=postgres.user, password=postgres.password,
+              dbname="hub_restore", autocommit=True)
+
+    def sql(*statements):
+        with psycopg.connect(**db) as con:
+            for statement in statements:
+                con.execute(statement)
+            return con.execute("select student, score from grade order by student").fetchall()
+
+    backed_up = sql("create table grade (student text primary key, score real)",
+                    "insert into grade values ('a', 3.5), ('b', 1.0)")
+    course, exchange = tmp_path / "course", tmp_path / "exchange"
+    course.mkdir()
+    tritonhub_backup.exchange_service.prepare(str(exchange), "triton-kernels", "nobody")
+
+    class Here(Settings):
+        course_dir = course
+
+    settings = Here(exchange=str(exchange), instructor="nobody", learners_group="th-no-such-group",
+                    state=str(tmp_path / "state"))
+    monkeypatch.setenv("TRITONCOURSE_DB_URL", url)
+    argvs, run = [], subprocess.run
+    monkeypatch.setattr(tritonhub_backup.subprocess, "run", lambda argv, *a, **kw: argvs.append(argv) or run(argv, *a, **kw))
+    out = tritonhub_backup.backup(settings, tmp_path / "backups")
+    sql("update grade set score = 0 where student = 'a'", "insert into grade values ('c', 9)")
+    tritonhub_backup.restore(settings, out)
+    assert sql() == backed_up
+    (aside,) = (tmp_path / "state").glob("gradebook.before-restore-*.sql")
+    first_aside = aside.read_bytes()
+    assert stat.S_IMODE(aside.stat().st_mode) == 0o600 and "c\t9" in aside.read_text()
+    assert any("pg_dump" in a[0] for a in argvs) and any("psql" in a[0] for a in argvs), argvs
+    assert not [a for a in argvs if postgres.password in " ".join(map(str, a))], argvs
+    # SQL the database refuses (a dump of another schema, a truncated file): nothing changes, the restore stops
+    (out / "gradebook.sql").write_text((out / "gradebook.sql").read_text() + "\nSELECT no_such_function();\n")
+    changed = sql("update grade set score = 7 where student = 'b'")
+    with pytest.raises(SystemExit, match="refused, nothing restored"):
+        tritonhub_backup.restore(settings, out)
+    assert sql() == changed
+    assert aside.read_bytes() == first_aside  # the first restore's copy kept, the second's beside it
 
 
 # ------------------------------------------------------------------------------------------ fast checks
