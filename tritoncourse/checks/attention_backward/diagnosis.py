@@ -112,9 +112,12 @@ def _fp16_accumulated(p, ds, q, k, do, sm_scale, block_m, block_n):
     return sm_scale * dq, sm_scale * dk, dv
 
 
+# The remedy of every fp16-accumulator diagnosis of phase 7 (here and kernels.py's), one text.
+FP32_ACCUMULATORS = ("keep the accumulators in fp32 (tl.zeros(..., dtype=tl.float32)) and add tl.dot's fp32 result "
+                     "without converting it (tl.dot(a, b, acc)); convert P and dS to the inputs' dtype only for tl.dot, "
+                     "and the gradients to theirs only at the store.")
 FP16_ACCUMULATOR = ("an accumulator is held in fp16 (the output matches fp16 accumulation over the tiles, not fp32's): "
-                    "start it with tl.zeros(..., dtype=tl.float32) and add tl.dot's fp32 result without converting it "
-                    "(tl.dot(a, b, acc)); convert only at the store.")
+                    + FP32_ACCUMULATORS)
 
 
 def fp16_accumulator_cause(outputs: dict, refs: dict, inputs, causal, sm_scale, block_m, block_n) -> str | None:
@@ -269,5 +272,5 @@ def delta_cause(got: torch.Tensor, o, do) -> str:
             "seq_len + row for rows < seq_len; O and dO each addressed with their own strides.")
 
 
-__all__ = ["GRADS", "FP16_ACCUMULATOR", "replay", "one_key_tile", "diagnose", "scale_cause", "fp16_accumulator_cause", "nan_cause",
+__all__ = ["GRADS", "FP16_ACCUMULATOR", "FP32_ACCUMULATORS", "replay", "one_key_tile", "diagnose", "scale_cause", "fp16_accumulator_cause", "nan_cause",
            "delta_cause"]

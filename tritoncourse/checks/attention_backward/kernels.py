@@ -20,7 +20,7 @@ from ...checking import (OUTPUT_SENTINEL, Case, KernelCheckError, compare, fence
                          size_kind, stage)
 from ...device import infer_device
 from ..common.launch import launch, require_triton_kernel
-from .diagnosis import delta_cause, diagnose, nan_cause
+from .diagnosis import FP32_ACCUMULATORS, delta_cause, diagnose, nan_cause
 from .inputs import (MIN_BLOCK, UNWRITTEN, backward_ref, fenced_rows, fenced_tensor, gradient_tolerance, layout_words,
                      layouts_of, make_inputs, max_score, place_outputs, place_rows, place_tensors, place_zeroed)
 from .strides import stride_cause
@@ -89,8 +89,6 @@ def _stray(outs: dict, context, kernel: str, seq_len: int, block: int, unit: str
                                f"and each output addressed with its own strides.")
 
 
-FP32_ACCUMULATORS = ("keep the accumulators in fp32 (tl.zeros(..., dtype=tl.float32)), convert P and dS to the inputs' "
-                     "dtype only for tl.dot, and the gradients to theirs only at the store.")
 
 
 def _fp16_values(got: torch.Tensor) -> bool:
