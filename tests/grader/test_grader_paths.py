@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEVICE
+from known_kernels import CORRECT_VECTOR_ADD
 from tritoncourse.grading import sandbox
 from tritoncourse.grading.processes.isolated import Assembly, run_test
 from tritoncourse.grading.processes.zygote_client import _Zygote
@@ -39,15 +40,7 @@ TEST = textwrap.dedent('''
 
     check_vector_add(triton_vector_add_kernel, n=1024, block_size=256)
 ''')
-KERNEL = textwrap.dedent('''
-    @triton.jit
-    def triton_vector_add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-        pid = tl.program_id(axis=0)
-        offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        mask = offsets < n_elements
-        tl.store(output_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
-                 mask=mask)
-''')
+KERNEL = CORRECT_VECTOR_ADD
 
 
 def _state(path: Path) -> tuple:

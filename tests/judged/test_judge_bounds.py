@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from conftest import DEVICE
+from known_kernels import CORRECT_VECTOR_ADD, LAUNCH_VECTOR_ADD
 from tritoncourse.grading import sandbox
 from tritoncourse.grading.processes import zygote_client
 from tritoncourse.grading.processes.isolated import Assembly, run_test
@@ -32,25 +33,13 @@ from tritoncourse.grading.processes.isolated import Assembly, run_test
 BUSY_BUDGET = 8 if DEVICE == "cpu" else 20  # past the sandboxed runner's start (~2 s, more on a loaded machine)
 MARGIN = 16 if DEVICE == "cpu" else 64  # MB: a judge's peak from run to run (30 MB apart on an H200: CUDA's own)
 
-LAUNCH_TEST = textwrap.dedent('''
-    """Full blocks."""
-    from tritoncourse.checks.vector_add import check_vector_add
-
-    check_vector_add(triton_vector_add_kernel, n=1024, block_size=256)
-''')
+LAUNCH_TEST = LAUNCH_VECTOR_ADD
 CALL_TEST = textwrap.dedent('''
     """A learner's function, called by the checks."""
     value = f(3)
     assert isinstance(value, list)
 ''')
-CORRECT_KERNEL = textwrap.dedent('''
-    @triton.jit
-    def triton_vector_add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        mask = offsets < n_elements
-        tl.store(output_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
-                 mask=mask)
-''')
+CORRECT_KERNEL = CORRECT_VECTOR_ADD
 # Run in the runner when it loads the learner's definitions: its own channel's socket, taken over, and the
 # protocol's framing written by hand (kernel_names.json names only the kernel, which is defined after this).
 HIJACK = textwrap.dedent('''

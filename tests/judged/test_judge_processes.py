@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from conftest import DEVICE
+from known_kernels import CORRECT_VECTOR_ADD
 from tritoncourse.grading import sandbox
 from tritoncourse.grading.judge.cgroup import JOIN_ENV, JudgeCgroup
 from tritoncourse.grading.processes.isolated import Assembly, run_test
@@ -31,14 +32,7 @@ from tritoncourse.grading.sandbox.limits import JudgeLimits
 pytestmark = pytest.mark.slow
 
 BOUND = 24  # TRITONCOURSE_JUDGE_PROCESSES in these tests: the judge's own threads fit, 40 more do not
-CORRECT_KERNEL = textwrap.dedent('''
-    @triton.jit
-    def triton_vector_add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        mask = offsets < n_elements
-        tl.store(output_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
-                 mask=mask)
-''')
+CORRECT_KERNEL = CORRECT_VECTOR_ADD
 LAUNCH = textwrap.dedent('''
     """Full blocks."""
     import os
