@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from grader_faults import _pair
+from grader_faults import KERNEL, _notebook, _pair, _passing, _test_cell
+from tritoncourse.device import infer_device
+from tritoncourse.grading.autograde import nbgrader_plugin
 from tritoncourse.grading.processes import isolated, zygote_client
 
 
@@ -34,6 +36,37 @@ def test_a_dead_zygote_falls_back_to_fresh_processes(monkeypatch):
     outcome = isolated.run_test('"""Checks."""\nassert True\n', assembly, seed=7, device="cpu")
     assert outcome.ok, outcome.message
     assert {Path(cmd[-2]).name for cmd in started} == {"judge.py", "runner.py"}
+
+
+STUB = KERNEL.split("    offs")[0] + "    raise NotImplementedError()\n"  # the release's stub, refused by the lint
+
+
+@pytest.mark.skipif(infer_device() != "cpu", reason="the sandbox's zygote is the CPU interpreter's")
+@pytest.mark.parametrize("kernel,zygotes", [(STUB, 0), (KERNEL, 1)], ids=["stub", "kernel"])
+def test_the_sandboxs_zygote_starts_only_where_a_test_runs_the_learners_code(monkeypatch, tmp_path, kernel, zygotes):
+    """A notebook whose every kernel test the lint refuses before any process (an untouched notebook's stubs, a
+    hostile definition) starts no zygote in its sandbox: ~1.5 s of CPU a notebook of a class. A kernel that runs
+    starts one (the tests themselves are stand-ins here)."""
+    started = []
+
+    class Recorder:
+        def __init__(self, sandbox):
+            started.append(sandbox)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(nbgrader_plugin, "_Zygote", Recorder)
+    real = isolated.run_test  # its refusals as they are (no process); a test that would run one passes here
+    monkeypatch.setattr(isolated, "run_test", lambda body, assembly, **kw: (real if assembly.problems else _passing)(
+        body, assembly, **kw))
+    nb = _notebook(_test_cell("test_a"), _test_cell("test_b"))
+    nb.cells[1].source = kernel
+    nb, resources = nbgrader_plugin.IsolatedKernelTests(workers=1).preprocess(
+        nb, {"metadata": {"path": str(tmp_path)}, "tritoncourse": {}})
+    assert len(started) == zygotes
+    verdicts = resources["tritoncourse"]["verdicts"]
+    assert {v["kind"] for v in verdicts.values()} == ({"invalid"} if zygotes == 0 else {"pass"}), verdicts
 
 
 def test_a_judge_that_exits_without_a_verdict_is_a_grader_error(monkeypatch):

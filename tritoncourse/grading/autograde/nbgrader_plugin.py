@@ -29,7 +29,7 @@ from ...device import infer_device
 from .. import sandbox
 from .execute import ResilientExecute
 from ..processes.isolated import (GRADER_ERROR, Outcome, grader_error_outcome, is_kernel_test, parse_cell, run_cell,
-                                  test_title)
+                                  runs_a_runner, test_title)
 from ..processes.zygote_client import _Zygote
 from .notebook_bounds import _WAKE, _Watchdog
 from .restore import RestoreCellMetadata, RestoreDeletedCells
@@ -96,6 +96,16 @@ def _kernel_test_cells(nb) -> list[tuple[int, NotebookNode]]:
             and is_kernel_test(cell.get("source", ""))]
 
 
+def _any_runs_a_runner(tests, kernels, plain) -> bool:
+    """Whether any of ``tests`` will run the learner's definitions in a runner (isolated.runs_a_runner): where none
+    will (an untouched notebook's stubs, definitions the lint refuses), the sandbox's zygote is not started, ~1.5 s of
+    CPU a notebook. Where that cannot be told, True: the zygote is started as before."""
+    try:
+        return any(runs_a_runner(cell.source, kernels, plain) for _, cell, _ in tests)
+    except Exception:
+        return True
+
+
 class IsolatedKernelTests(NbGraderPreprocessor):
     """Replace the outputs of every ``%%kernel_test`` grade cell with a verdict from a fresh process."""
 
@@ -139,7 +149,7 @@ class IsolatedKernelTests(NbGraderPreprocessor):
             outcomes = [grader_error(err, seed, "reading the kernels from your notebook", notebook, _title(cell.source))
                         for _, cell, seed in tests]
         else:
-            if self._sandbox is not None and tests and infer_device() == "cpu":
+            if self._sandbox is not None and infer_device() == "cpu" and _any_runs_a_runner(tests, kernels, plain):
                 try:  # one warm process in the sandbox forks every test (torch and triton imported once)
                     self._zygote = _Zygote(self._sandbox)
                 except (OSError, RuntimeError, ValueError):

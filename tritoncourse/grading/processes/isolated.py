@@ -30,7 +30,7 @@ from ..judge.verdict import (GRADER_ERROR, OUT_OF_BOUNDS_HINT, UNMASKED_LOAD_HIN
 from .zygote_client import ZYGOTE, _Child, _warm_zygote
 
 # The names the grader, the learner's magic, the tools and the tests import from here.
-__all__ = ["run_test", "run_cell", "definition_kinds", "sanitizer_enabled", "Outcome", "GRADER_ERROR",
+__all__ = ["run_test", "run_cell", "runs_a_runner", "definition_kinds", "sanitizer_enabled", "Outcome", "GRADER_ERROR",
            "grader_error_outcome", "MAGIC", "DEFAULT_TIMEOUT", "KERNEL_HEADER", "PROVIDED", "RUNNER", "JUDGE",
            "ZYGOTE", "Assembly", "is_kernel_test", "parse_cell", "hidden_only", "test_title", "UNMASKED_LOAD_HINT",
            "OUT_OF_BOUNDS_HINT"]
@@ -257,3 +257,14 @@ def run_cell(cell_source: str, kernels, plain, *, seed: int | None = None,
     assembly = assemble(body, kernels, plain, PROVIDED)
     return run_test(body, assembly, timeout=options["timeout"] * timeout_factor, seed=seed, sandbox=sandbox,
                     zygote=zygote)
+
+
+def runs_a_runner(cell_source: str, kernels, plain) -> bool:
+    """Whether :func:`run_cell` starts a runner for this cell: not for a cell that is no kernel test, one whose cases
+    are all hidden (the learner's own check), nor one whose definitions the lint refuses (run_test's verdict comes
+    before any process then). The same parse and lint as run_cell's, so the same answer."""
+    parsed = parse_cell(cell_source)
+    if parsed is None:
+        return False
+    body = parsed[1]
+    return not hidden_only(body) and not assemble(body, kernels, plain, PROVIDED).problems
