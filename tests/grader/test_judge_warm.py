@@ -1,7 +1,8 @@
-"""The judge's zygote warms torch.compile once, when a test that compiles asks for it (zygote.WARMERS).
+"""The judge's zygote warms dynamo once, when a test that uses it asks (zygote.WARMERS).
 
-phase 7's compiled block is the only check that traces with torch.compile; its judge paid dynamo's import and first
-trace itself (~2.3 s of its ~3.5 s of CPU), every fixture again. Now isolated.py asks the judge's zygote to warm
+Phase 7's compiled block traces with torch.compile and its training steps take torch.optim's first step, which
+imports dynamo; each judge of them paid that itself (the compiled block ~2.5 s of its ~4 s of CPU, the training steps
+1.3 s), every fixture again. Now isolated.py asks the judge's zygote to warm
 dynamo before it forks that test's judge; the zygote does it once, leaving no thread behind (a forked child must not
 inherit one), and only for a judge: a runner's zygote, in the learner's sandbox, never runs the warm-up, and a
 request naming anything else warms nothing. Phase 7's fixtures through the warm judge: tests/judged/test_verdicts.py.
@@ -67,13 +68,15 @@ def test_only_a_judges_request_warms_dynamo_and_no_thread_is_left():
     assert (warm["tasks"], warm["threads"]) == (before["tasks"], before["threads"]), (before, warm)
 
 
-def test_the_compiled_block_alone_asks_for_dynamo():
-    """Of every phase's kernel tests (hidden cases included), exactly those that compile ask for the warm-up."""
+def test_the_tests_that_use_dynamo_alone_ask_for_it():
+    """Of every phase's kernel tests (hidden cases included), exactly phase 7's compiled block and training steps
+    (torch.optim's first step imports dynamo) ask for the warm-up."""
     asking = {}
     for path in sorted((ROOT / "source").glob("*/*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
             gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
             if cell.cell_type == "code" and gid and is_kernel_test(cell.source):
                 asking[gid] = judge_warm_ups(cell.source)
-    assert asking["test_attention_compiled_block"] == ("dynamo",)
-    assert {gid for gid, warm in asking.items() if warm} == {"test_attention_compiled_block"}, asking
+    assert asking["test_attention_compiled_block"] == asking["test_attention_training_step"] == ("dynamo",)
+    assert {gid for gid, warm in asking.items() if warm} == {"test_attention_compiled_block",
+                                                             "test_attention_training_step"}, asking

@@ -41,14 +41,15 @@ JUDGE = Path(__file__).parent.parent / "judge" / "judge.py"
 KERNEL_HEADER = "import math\nimport statistics\n\nimport torch\nimport triton\nimport triton.language as tl\n\n"
 # Names the runner defines for every test; never taken from the learner's notebook.
 PROVIDED = {"torch", "triton", "tl", "math", "DEVICE"}
-# A test whose checks trace with torch.compile (its text names one of these): its judge is forked from a zygote that
-# has warmed dynamo once (zygote.WARMERS), not paying torch.compile's first trace itself.
-COMPILING = ("torch.compile", "check_compiled_attention")
+# A test whose checks use dynamo (its text names one of these): torch.compile, and torch.optim, whose first step
+# imports torch._dynamo (1.3 s of CPU). Its judge is forked from a zygote that has warmed dynamo once
+# (zygote.WARMERS), not paying dynamo's import and first trace itself.
+USES_DYNAMO = ("torch.compile", "torch.optim", "check_compiled_attention", "check_training_step")
 
 
 def judge_warm_ups(body: str) -> tuple[str, ...]:
     """What the judge's zygote should warm before it forks the judge of ``body`` (the test's text, the grader's)."""
-    return ("dynamo",) if any(word in body for word in COMPILING) else ()
+    return ("dynamo",) if any(word in body for word in USES_DYNAMO) else ()
 
 
 def sanitizer_enabled(env=os.environ) -> bool:

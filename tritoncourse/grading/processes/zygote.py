@@ -28,8 +28,9 @@ PRELOAD = ("numpy", "torch", "triton", "triton.language", "tritoncourse.checking
 ENTRIES = ("runner", "judge")
 # What a judge's request may ask the zygote to warm before it forks (isolated.py asks for a test that needs it).
 # "dynamo": torch.compile's first trace (import torch._dynamo ~1.0 s, then AOTAutograd's own lazy imports and first
-# trace ~1.3 s) is paid once here instead of in every judge of a compiled test (phase 7's compiled block: ~2.3 s of
-# each judge's ~3.5 s of CPU). Only on request: every zygote warmed would cost more than most ever save.
+# trace ~1.3 s; torch.optim's first step imports dynamo too) is paid once here instead of in every judge of a test
+# that uses it (phase 7's compiled block: ~2.5 s of each judge's ~4 s of CPU; its training steps 1.3 s). Only on
+# request: every zygote warmed would cost more than most ever save.
 WARMERS = {"dynamo": "_warm_dynamo"}
 _warmed: set[str] = set()
 # A pipe the zygote's SIGCHLD writes to (signal.set_wakeup_fd): a child's end wakes the loop at once, instead of at
