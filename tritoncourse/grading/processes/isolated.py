@@ -42,9 +42,12 @@ KERNEL_HEADER = "import math\nimport statistics\n\nimport torch\nimport triton\n
 # Names the runner defines for every test; never taken from the learner's notebook.
 PROVIDED = {"torch", "triton", "tl", "math", "DEVICE"}
 # A test whose checks use dynamo (its text names one of these): torch.compile, and torch.optim, whose first step
-# imports torch._dynamo (1.3 s of CPU). Its judge is forked from a zygote that has warmed dynamo once
-# (zygote.WARMERS), not paying dynamo's import and first trace itself.
-USES_DYNAMO = ("torch.compile", "torch.optim", "check_compiled_attention", "check_training_step")
+# imports torch._dynamo (1.3 s of CPU); and every test of phase 7, whose checks compute their references by autograd
+# with a given gradient (torch.autograd imports torch.fx.experimental.symbolic_shapes, and sympy with it, for that:
+# 0.24 s a judge, which the warm-up imports too), so that its first test, not the compiled block, warms the zygote.
+# Its judge is forked from a zygote that has warmed dynamo once (zygote.WARMERS), not paying for it itself.
+USES_DYNAMO = ("torch.compile", "torch.optim", "check_compiled_attention", "check_training_step",
+               "tritoncourse.checks.attention_backward")
 
 
 def judge_warm_ups(body: str) -> tuple[str, ...]:

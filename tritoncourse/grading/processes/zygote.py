@@ -8,9 +8,10 @@ are its PID namespace's). A request ``{"id", "workdir", "env", "out", "entry"}``
 ``entry``'s ``main(workdir)`` (``runner``: the learner's kernels, in the sandbox; ``judge``: the checks, outside it)
 with exactly ``env``, its output in ``out``, in a session of its own (so the caller can kill it and anything it
 started). A judge's request may add ``"warm": [name, ...]`` (``WARMERS``): the zygote first warms itself that way,
-once, so that this judge and every later one is forked warm. Replies: ``{"ready"}`` first, ``{"id", "pid"}`` at once, ``{"id", "exit"}`` when the child
-ends (negative: killed by that signal). Ids are a client's own. The zygote itself never runs a learner's code: it
-only imports the course's modules, then forks; each child starts from that clean state. Only used on the CPU
+once, so that this judge and every later one is forked warm. Replies: ``{"ready"}`` first, ``{"id", "pid"}`` at
+once, ``{"id", "exit"}`` when the child ends (negative: killed by that signal). Ids are a client's own. The zygote
+itself never runs a learner's code: it only imports the course's modules (and runs its own warm-ups), then forks;
+each child starts from that clean state. Only used on the CPU
 interpreter (CUDA must not be initialised before a fork). The socket's zygote is the judge's shared by the
 private gradings of one process (zygote_server.py, which says why it opens no path to learner code): it forks
 judges only, refuses other uids, and kills the sessions of a connection's children when the connection closes.
