@@ -162,7 +162,7 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
             try:
                 runner_code, judge_code = _run_pair(jcmd, {**jenv, **(group.env() if group else {})}, jdir,
                                                     judge_zygote, rcmd, renv, rdir, zygote, sandbox, timeout,
-                                                    judge_warm_ups(body))
+                                                    warm=judge_warm_ups(body))
                 breach = group.breach() if group else None
             finally:
                 if group:
