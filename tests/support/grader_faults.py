@@ -42,7 +42,7 @@ def _passing(body, assembly, *, timeout=0, seed=None, device=None, sandbox=None,
 
 def _pair(runs, calls):
     """A stand-in for run_test's judge and runner: each run writes the runner's output and the judge's verdict."""
-    def run_pair(jcmd, jenv, jdir, judge_zygote, rcmd, renv, rdir, zygote, sandbox, timeout):
+    def run_pair(jcmd, jenv, jdir, judge_zygote, rcmd, renv, rdir, zygote, sandbox, timeout, warm=()):
         runner_code, output, verdict, judge_code = runs[len(calls)]
         calls.append(rcmd)
         (rdir / "out.txt").write_text(output)

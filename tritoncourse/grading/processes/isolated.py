@@ -41,6 +41,18 @@ JUDGE = Path(__file__).parent.parent / "judge" / "judge.py"
 KERNEL_HEADER = "import math\nimport statistics\n\nimport torch\nimport triton\nimport triton.language as tl\n\n"
 # Names the runner defines for every test; never taken from the learner's notebook.
 PROVIDED = {"torch", "triton", "tl", "math", "DEVICE"}
+# A test whose checks use dynamo (its text names one of these): torch.compile, and torch.optim, whose first step
+# imports torch._dynamo (1.3 s of CPU); and every test of phase 7, whose checks compute their references by autograd
+# with a given gradient (torch.autograd imports torch.fx.experimental.symbolic_shapes, and sympy with it, for that:
+# 0.24 s a judge, which the warm-up imports too), so that its first test, not the compiled block, warms the zygote.
+# Its judge is forked from a zygote that has warmed dynamo once (zygote.WARMERS), not paying for it itself.
+USES_DYNAMO = ("torch.compile", "torch.optim", "check_compiled_attention", "check_training_step",
+               "tritoncourse.checks.attention_backward")
+
+
+def judge_warm_ups(body: str) -> tuple[str, ...]:
+    """What the judge's zygote should warm before it forks the judge of ``body`` (the test's text, the grader's)."""
+    return ("dynamo",) if any(word in body for word in USES_DYNAMO) else ()
 
 
 def sanitizer_enabled(env=os.environ) -> bool:
@@ -149,7 +161,8 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
             group = JudgeCgroup(gpu=device != "cpu") if sandbox is not None else None
             try:
                 runner_code, judge_code = _run_pair(jcmd, {**jenv, **(group.env() if group else {})}, jdir,
-                                                    judge_zygote, rcmd, renv, rdir, zygote, sandbox, timeout)
+                                                    judge_zygote, rcmd, renv, rdir, zygote, sandbox, timeout,
+                                                    warm=judge_warm_ups(body))
                 breach = group.breach() if group else None
             finally:
                 if group:
@@ -171,11 +184,12 @@ def run_test(body: str, assembly: Assembly, *, timeout: float = DEFAULT_TIMEOUT,
                         title)
 
 
-def _run_pair(jcmd, jenv, jdir: Path, judge_zygote, rcmd, renv, rdir: Path, zygote, sandbox, timeout: float):
-    """Start the judge, then the runner; wait for the judge (the runner is told when the runner ends first);
-    then give the runner a moment to leave. Returns (runner's code, judge's code); the judge's is None when the
-    time limit stopped it."""
-    judge = _Child(jcmd, jdir, jenv, jdir / "judge-out.txt", "judge", judge_zygote)
+def _run_pair(jcmd, jenv, jdir: Path, judge_zygote, rcmd, renv, rdir: Path, zygote, sandbox, timeout: float,
+              warm: tuple[str, ...] = ()):
+    """Start the judge (``warm``: what its zygote warms first), then the runner; wait for the judge (the runner is
+    told when the runner ends first); then give the runner a moment to leave. Returns (runner's code, judge's code);
+    the judge's is None when the time limit stopped it."""
+    judge = _Child(jcmd, jdir, jenv, jdir / "judge-out.txt", "judge", judge_zygote, warm=warm)
     # The runner's output: a zygote's child (inside the sandbox) writes it in the shared folder, copied into the
     # grader's folder afterwards; a plain process writes through a descriptor the grader opened in its own folder.
     shared_out = sandbox.shared / f"{rdir.name}.out" if sandbox is not None and zygote is not None else None

@@ -7,9 +7,11 @@ A request ``{"kill": id}`` kills that child's session (in a sandbox only the zyg
 are its PID namespace's). A request ``{"id", "workdir", "env", "out", "entry"}`` forks a child that runs
 ``entry``'s ``main(workdir)`` (``runner``: the learner's kernels, in the sandbox; ``judge``: the checks, outside it)
 with exactly ``env``, its output in ``out``, in a session of its own (so the caller can kill it and anything it
-started). Replies: ``{"ready"}`` first, ``{"id", "pid"}`` at once, ``{"id", "exit"}`` when the child
-ends (negative: killed by that signal). Ids are a client's own. The zygote itself never runs a learner's code: it
-only imports the course's modules, then forks; each child starts from that clean state. Only used on the CPU
+started). A judge's request may add ``"warm": [name, ...]`` (``WARMERS``): the zygote first warms itself that way,
+once, so that this judge and every later one is forked warm. Replies: ``{"ready"}`` first, ``{"id", "pid"}`` at
+once, ``{"id", "exit"}`` when the child ends (negative: killed by that signal). Ids are a client's own. The zygote
+itself never runs a learner's code: it only imports the course's modules (and runs its own warm-ups), then forks;
+each child starts from that clean state. Only used on the CPU
 interpreter (CUDA must not be initialised before a fork). The socket's zygote is the judge's shared by the
 private gradings of one process (zygote_server.py, which says why it opens no path to learner code): it forks
 judges only, refuses other uids, and kills the sessions of a connection's children when the connection closes.
@@ -25,6 +27,13 @@ import sys
 PRELOAD = ("numpy", "torch", "triton", "triton.language", "tritoncourse.checking", "tritoncourse.checks.common.launch",
            "tritoncourse.grading.channel.rpc", "tritoncourse.grading.runner.runner", "tritoncourse.grading.judge.judge")
 ENTRIES = ("runner", "judge")
+# What a judge's request may ask the zygote to warm before it forks (isolated.py asks for a test that needs it).
+# "dynamo": torch.compile's first trace (import torch._dynamo ~1.0 s, then AOTAutograd's own lazy imports and first
+# trace ~1.3 s; torch.optim's first step imports dynamo too) is paid once here instead of in every judge of a test
+# that uses it (phase 7's compiled block: ~2.5 s of each judge's ~4 s of CPU; its training steps 1.3 s). Only on
+# request: every zygote warmed would cost more than most ever save.
+WARMERS = {"dynamo": "_warm_dynamo"}
+_warmed: set[str] = set()
 # A pipe the zygote's SIGCHLD writes to (signal.set_wakeup_fd): a child's end wakes the loop at once, instead of at
 # its next look (every 50 ms before: ~30 ms of each test's ~115 ms of overhead). Closed in every child.
 _WAKE: tuple[int, int] | None = None
@@ -72,6 +81,29 @@ def _child(req: dict) -> None:
             os._exit(code)
 
 
+def _warm_dynamo() -> None:
+    """torch.compile's machinery imported and run once (aot_eager, forward and backward of a tiny module on a
+    2-element tensor: no thread pool started, none left), then its caches cleared, as a compiling check starts."""
+    import torch
+    import torch._dynamo
+
+    lin = torch.nn.Linear(2, 2)
+    torch.compile(lambda x: lin(x).relu().sum(), fullgraph=True, backend="aot_eager")(torch.ones(1, 2)).backward()
+    torch._dynamo.reset()
+
+
+def warm(names) -> None:
+    """Run each warm-up of ``names`` (WARMERS; others ignored) not yet run here. A warm-up that fails is not tried
+    again; its judges then pay the cost themselves, as before."""
+    for name in names if isinstance(names, list) else ():
+        if name in WARMERS and name not in _warmed:
+            _warmed.add(name)
+            try:
+                globals()[WARMERS[name]]()
+            except Exception:
+                pass
+
+
 class Client:
     """One client's session: its requests come in on ``rfd``, its replies go out through ``write``; its children
     by pid (with the ids it gave them). A request for an entry not in ``entries`` forks a child that reports it and
@@ -110,6 +142,8 @@ class Client:
                 continue
             if req.get("entry", "runner") not in self.entries:
                 req["entry"] = f"refused {req.get('entry', 'runner')!r}"
+            elif req.get("entry") == "judge":  # a judge only: the checks' own code, never in a learner's sandbox
+                warm(req.get("warm"))
             pid = os.fork()
             if pid == 0:
                 _child(req)

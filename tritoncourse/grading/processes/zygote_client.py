@@ -69,15 +69,18 @@ class _Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None and "dead" not in self.replies
 
-    def start(self, workdir: str, env: dict, out: str, entry: str = "runner") -> str:
-        """Fork a child running ``entry`` in ``workdir``; its id for :meth:`poll` and :meth:`kill`."""
+    def start(self, workdir: str, env: dict, out: str, entry: str = "runner", warm: tuple[str, ...] = ()) -> str:
+        """Fork a child running ``entry`` in ``workdir``; its id for :meth:`poll` and :meth:`kill`. ``warm``: what
+        the zygote warms first, once (zygote.WARMERS)."""
         with self.lock:
             if "dead" in self.replies:
                 raise RuntimeError("the test zygote died")
             self.next_id += 1
             rid = str(self.next_id)
-            self.requests.write((json.dumps({"id": rid, "workdir": workdir, "env": env, "out": out,
-                                             "entry": entry}) + "\n").encode())
+            req = {"id": rid, "workdir": workdir, "env": env, "out": out, "entry": entry}
+            if warm:
+                req["warm"] = list(warm)
+            self.requests.write((json.dumps(req) + "\n").encode())
             self.requests.flush()
         return rid
 
@@ -195,15 +198,16 @@ class _Child:
     """A judge or a runner: a zygote's child or a plain process, polled and killed the same way."""
 
     def __init__(self, cmd, cwd, env, out: Path, entry: str, zygote: _Zygote | None, sandbox=None,
-                 zygote_out: Path | None = None):
+                 zygote_out: Path | None = None, warm: tuple[str, ...] = ()):
         """``out``: the output file in a folder of the grader's own (made here for a plain process, which writes
         through the descriptor it inherits: in a sandbox nothing is opened or chowned where a sandboxed process could
         plant a link). ``zygote_out``: where a zygote's child writes instead (a sandboxed zygote cannot write the
-        grader's folder; the caller copies it), default ``out``."""
+        grader's folder; the caller copies it), default ``out``. ``warm``: what a zygote warms before it forks this
+        child (zygote.WARMERS; a plain process warms nothing)."""
         self.zygote, self.rid, self.proc, self.sandbox = None, None, None, sandbox
         if zygote is not None:
             try:
-                self.rid = zygote.start(str(cwd), env, str(zygote_out or out), entry)
+                self.rid = zygote.start(str(cwd), env, str(zygote_out or out), entry, warm)
                 self.zygote = zygote
                 return
             except (RuntimeError, OSError, ValueError):  # no zygote, or it died: a plain fresh process
