@@ -33,7 +33,7 @@ from ..processes.isolated import (GRADER_ERROR, Outcome, grader_error_outcome, i
 from ..processes.zygote_client import _Zygote
 from .notebook_bounds import _WAKE, _Watchdog
 from .restore import RestoreCellMetadata, RestoreDeletedCells
-from ..lint.source import kernels_from_notebook
+from ..lint.source import PARSE_LOCK, kernels_from_notebook
 from .submission import _error_output, _stdout, submission_refusal
 
 # The course's nbgrader steps, by the names nbgrader_config.py and the tests import from here.
@@ -185,8 +185,9 @@ class IsolatedKernelTests(NbGraderPreprocessor):
             return outcome
         except Exception as err:
             grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "?")
-            self.log.error("%s: grader error (seed %s)", grade_id, seed, exc_info=True)
-            return grader_error(err, seed, "running this test", notebook, _title(cell.source))
+            with PARSE_LOCK:  # formatting a traceback parses on 3.11: never beside another test's parse (source.py)
+                self.log.error("%s: grader error (seed %s)", grade_id, seed, exc_info=True)
+                return grader_error(err, seed, "running this test", notebook, _title(cell.source))
 
     def _fail_all(self, nb, resources, err: BaseException):
         """Every kernel test cell gets a grader-error verdict (the last resort: this must not raise)."""

@@ -24,13 +24,16 @@ RESERVED = ALLOWED_MODULES | {"torch", "statistics"}
 
 
 # CPython 3.11 can fail ("AST constructor recursion depth mismatch", gh-106905) when threads parse at
-# once, and the grader runs tests in threads: every parse goes through this lock.
-_PARSE_LOCK = threading.Lock()
+# once, and the grader runs tests in threads: every parse goes through this lock, and so does every traceback the
+# grader's threads format (3.11's traceback module parses the failing line for its carets: a grader error logged in one
+# thread while another parsed failed that other test, seen in make test, 2026-11-28). Reentrant: a traceback's
+# formatting under it may reach a parse of ours.
+PARSE_LOCK = threading.RLock()
 
 
 def parse(text: str) -> ast.Module:
     """ast.parse, one thread at a time."""
-    with _PARSE_LOCK:
+    with PARSE_LOCK:
         return ast.parse(text)
 
 
