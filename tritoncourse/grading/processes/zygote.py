@@ -32,7 +32,6 @@ ENTRIES = ("runner", "judge")
 # trace ~1.3 s; torch.optim's first step imports dynamo too) is paid once here instead of in every judge of a test
 # that uses it (phase 7's compiled block: ~2.5 s of each judge's ~4 s of CPU; its training steps 1.3 s). Only on
 # request: every zygote warmed would cost more than most ever save.
-WARMERS = {"dynamo": "_warm_dynamo"}
 _warmed: set[str] = set()
 # A pipe the zygote's SIGCHLD writes to (signal.set_wakeup_fd): a child's end wakes the loop at once, instead of at
 # its next look (every 50 ms before: ~30 ms of each test's ~115 ms of overhead). Closed in every child.
@@ -92,6 +91,9 @@ def _warm_dynamo() -> None:
     torch._dynamo.reset()
 
 
+WARMERS = {"dynamo": _warm_dynamo}
+
+
 def warm(names) -> None:
     """Run each warm-up of ``names`` (WARMERS; others ignored) not yet run here. A warm-up that fails is not tried
     again; its judges then pay the cost themselves, as before."""
@@ -99,7 +101,7 @@ def warm(names) -> None:
         if name in WARMERS and name not in _warmed:
             _warmed.add(name)
             try:
-                globals()[WARMERS[name]]()
+                WARMERS[name]()
             except Exception:
                 pass
 
