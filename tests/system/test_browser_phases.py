@@ -81,13 +81,21 @@ def test_every_phase_plots_and_widgets_render(lab_all_phases):
             for phase in RENDERED_PHASES:
                 # A page of its own, as a learner opening one notebook: nothing left from the phase before.
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.on("pageerror", lambda err: js_errors.append(str(err)))
+                failed: list[str] = []  # requests that failed, to say what an error's "Failed to fetch" fetched
+
+                def on_error(err, phase=phase, failed=failed):
+                    js_errors.append(f"{phase}: {err}" + (f" (failed requests: {failed[-5:]})" if failed else ""))
+
+                page.on("pageerror", on_error)
+                page.on("requestfailed", lambda req, failed=failed: failed.append(f"{req.url} {req.failure}"))
                 page.set_default_timeout(60_000)
                 try:
                     _run_phase_pictures(page, lab, phase, expect)
                 except BaseException:
                     page.screenshot(path=str(PICTURES / f"{phase}-failure.png"))
                     raise
+                # Checked: what the page does while it is closed (its fetches cut off) is not the learner's page.
+                page.remove_listener("pageerror", on_error)
                 page.close()
                 # One kernel at a time on 2 cores: shut this phase's down before the next.
                 for session in lab.api("/api/sessions"):

@@ -68,10 +68,13 @@ def tool(hub: Hub, *args: str) -> subprocess.CompletedProcess:
 
 # ------------------------------------------------------------------ a learner behind nginx, in Chromium
 
+CODE = "import os; print('ran as', os.getuid(), 6 * 7)"
+
+
 def test_a_learner_runs_a_cell_through_the_nginx_front(hub, tmp_path):
     """Does learner A, at http://hub.example.edu/, get https, log in, start their server and run a cell whose
     kernel speaks to the page over a websocket through nginx?"""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     started = time.monotonic()
     address = f"127.{secrets.randbelow(200) + 20}.{secrets.randbelow(250) + 1}.{secrets.randbelow(250) + 1}"
@@ -87,6 +90,9 @@ def test_a_learner_runs_a_cell_through_the_nginx_front(hub, tmp_path):
             page = context.new_page()
             page.set_default_timeout(120_000)
             page.on("websocket", lambda ws: sockets.append(ws.url))
+            console: list[str] = []  # what the page logged, to say why a cell did not run
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"[:300]) if m.type in ("error", "warning")
+                    else None)
             first = page.goto(f"http://{HOST}/hub/login")
             assert page.url == f"https://{HOST}/hub/login", page.url  # nginx's redirect to https
             tls = first.security_details() or {}
@@ -96,12 +102,31 @@ def test_a_learner_runs_a_cell_through_the_nginx_front(hub, tmp_path):
             page.click("#login_submit")
             page.wait_for_url(re.compile(rf"^https://{re.escape(HOST)}/user/{re.escape(user)}/lab"), timeout=180_000)
             page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
+            # As a learner waits for the new notebook's kernel (on a loaded machine it takes its time) before typing:
+            # the status bar names it once the page holds it (the toolbar's indicator says idle before that).
+            indicator = page.locator(".jp-Notebook-ExecutionIndicator")
+            page.get_by_text(re.compile(r"\(ipykernel\) \| Idle$")).wait_for(timeout=180_000)
             cell = page.locator(".jp-Cell .cm-content").first
             cell.click()
-            page.keyboard.type("import os; print('ran as', os.getuid(), 6 * 7)")
+            page.keyboard.type(CODE)
+            expect(cell).to_have_text(CODE)  # all of it in the cell, nothing lost to a page still loading
             page.keyboard.press("Shift+Enter")
+            prompt = page.locator(".jp-CodeCell .jp-InputArea-prompt").first
+            try:  # run: '[*]:' then '[1]:'
+                expect(prompt).not_to_have_text("[ ]:", timeout=20_000)
+            except AssertionError:  # JupyterLab let the run go (seen once under load): a learner runs it again
+                print("the first Shift+Enter did not run the cell; ran it again")
+                cell.click()
+                page.keyboard.press("Shift+Enter")
             output = page.locator(".jp-OutputArea-output", has_text="ran as")
-            output.wait_for(timeout=120_000)
+            try:
+                output.wait_for(timeout=120_000)
+            except Exception as err:
+                page.screenshot(path=str(ARTIFACTS / "a-ran-no-cell-behind-nginx.png"), full_page=True)
+                raise AssertionError(f"the cell did not print within 120 s: kernel "
+                                     f"{indicator.first.get_attribute('data-status')!r}, cell {cell.inner_text()!r}, "
+                                     f"prompt {page.locator('.jp-InputArea-prompt').first.inner_text()!r}, "
+                                     f"websockets {sockets}, console {console[-15:]}") from err
             page.screenshot(path=str(ARTIFACTS / "a-ran-a-cell-behind-nginx.png"), full_page=True)
             said = output.inner_text()
         finally:
