@@ -50,6 +50,26 @@ def pytest_collection_modifyitems(config, items):
     scheduling.worker_groups(config, items)
 
 
+_early: list = []  # the baseline graded from the session's start (baseline.EarlyBaseline), under pytest-xdist
+
+
+def _baseline_folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.getbasetemp().parent / "serial-baseline"
+
+
+def pytest_collection_finish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER") and any("serial_baseline" in getattr(item, "fixturenames", ())
+                                                      for item in session.items):
+        from baseline import EarlyBaseline
+
+        _early.append(EarlyBaseline(_baseline_folder(session.config._tmp_path_factory)))
+
+
+def pytest_sessionfinish(session):
+    for early in _early:  # its nbgrader run ends with the session, not after it
+        early.join()
+
+
 @pytest.fixture(scope="session")
 def serial_baseline(tmp_path_factory):
     """Phase 1's class graded once by plain serial `nbgrader autograde` (tests/support/baseline.py): the grades the
@@ -59,4 +79,4 @@ def serial_baseline(tmp_path_factory):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return grade_baseline(tmp_path_factory.mktemp("serial-baseline") / "course")
     # Under pytest-xdist: graded once for all workers, by whichever asks first (the others wait for it).
-    return shared_baseline(tmp_path_factory.getbasetemp().parent / "serial-baseline")
+    return shared_baseline(_baseline_folder(tmp_path_factory))

@@ -25,7 +25,7 @@ from conftest import DEVICE
 from baseline import CELL_TIMEOUT, TIMEOUT_FACTOR
 from course import (CLASS_FIXTURES, NBGRADER_FIXTURES, SCALED_DOWN, SUBMISSIONS, Course, fill_solution_regions,
                     fixtures, graded_test_ids)
-from hostile_phases import HostileSubmissions
+from hostile_phases import HostileSubmissions, hostile_fixtures
 
 ASSIGNMENTS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
 # Endless-loop submissions wait for the time limit: grade with limits scaled down (the slowest correct
@@ -128,6 +128,8 @@ def submit_standard(submit, course: Course, assignment: str, release, source):
 
 # The instructor's solution as a learner hands it in (see submit_standard).
 REFERENCE = "filled_release_tests_deleted"
+# Standard learners whose grading runs no kernel of theirs (stubs and edited tests; not a notebook): cheap.
+RUN_NO_KERNEL = {"untouched_tests_edited", "not_json"}
 
 
 _cache: dict[str, Graded] = {}
@@ -140,6 +142,7 @@ def graded(tmp_path_factory):
             shards = [Course(tmp_path_factory.mktemp(f"{assignment}-{i}"), [assignment]) for i in range(SHARDS)]
             endless: list[Course] = []  # the endless loops' own course copy, made when one is graded
             courses: dict[str, Course] = {}
+            load = [0] * SHARDS  # learners whose kernels each shard's run will judge
 
             def submit(student, nb):
                 if "endless" in student:
@@ -147,8 +150,12 @@ def graded(tmp_path_factory):
                         endless.append(Course(tmp_path_factory.mktemp(f"{assignment}-endless"), [assignment],
                                               scaled_down=ENDLESS_SCALED and assignment in SCALED_DOWN))
                     courses[student] = endless[0]
-                else:
-                    courses[student] = shards[sum("endless" not in s for s in courses) % SHARDS]
+                else:  # the least loaded shard: the runs end together (the reference brings the hostile learners)
+                    i = load.index(min(load))
+                    load[i] += student not in RUN_NO_KERNEL
+                    if student == REFERENCE and hostile_chosen():
+                        load[i] += len(hostile_fixtures(assignment))
+                    courses[student] = shards[i]
                 courses[student].submit(student, assignment, nb)
 
             release = shards[0].release_notebook(assignment)
