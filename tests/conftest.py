@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(config, items):
     scheduling.worker_groups(config, items)
 
 
-_early: list = []  # the baseline graded from the session's start (baseline.EarlyBaseline), under pytest-xdist
+_early: list = []  # the baseline's grading started at the session's start (baseline.EarlyBaseline), under xdist
 
 
 def _baseline_folder(tmp_path_factory) -> Path:
@@ -58,8 +58,9 @@ def _baseline_folder(tmp_path_factory) -> Path:
 
 
 def pytest_collection_finish(session):
-    if os.environ.get("PYTEST_XDIST_WORKER") and any("serial_baseline" in getattr(item, "fixturenames", ())
-                                                      for item in session.items):
+    # One worker starts it (each collects the whole suite): gw0, before its first test.
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw0" and any("serial_baseline" in getattr(item, "fixturenames", ())
+                                                               for item in session.items):
         from baseline import EarlyBaseline
 
         _early.append(EarlyBaseline(_baseline_folder(session.config._tmp_path_factory)))

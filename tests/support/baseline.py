@@ -259,25 +259,24 @@ def shared_baseline(folder: Path) -> Baseline:
 
 
 class EarlyBaseline:
-    """Under pytest-xdist, the shared baseline is graded from the session's start, beside the worker's first tests:
+    """Under pytest-xdist, the shared baseline is graded from the session's start, beside the workers' first tests:
     graded when a test first asked, one worker's serial grading (about one core) held the lock while the other worker
     waited for it, the machine half idle (a fresh-clone `make test` on 2 cores: the instructor's container test
-    waited 41 s, 45 s of idle CPU). A worker whose collection holds a test using ``serial_baseline`` starts a thread that
-    takes the lock (shared_baseline: the first grades, the others wait and read); the fixture then finds it done."""
+    waited 41 s, 45 s of idle CPU). A process of its own runs shared_baseline (the first to take the lock grades,
+    the others wait and read), with the environment the worker had before any test ran: a test that sets a variable
+    in its worker meanwhile (monkeypatch) cannot reach this grading, as it could a thread's. Its output: the
+    folder's early.log."""
 
     def __init__(self, folder: Path):
-        import threading
-
-        self.folder = folder
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._grade, name="serial-baseline", daemon=True)
-        self.thread.start()
-
-    def _grade(self) -> None:
-        try:
-            shared_baseline(self.folder)
-        except BaseException as err:  # the fixture grades again and fails with it (shared_baseline: not done)
-            self.error = err
+        folder.mkdir(parents=True, exist_ok=True)
+        support = Path(__file__).resolve().parent
+        code = ("import sys; sys.path[:0] = sys.argv[1:3]; from pathlib import Path; "
+                "from baseline import shared_baseline; shared_baseline(Path(sys.argv[3]))")
+        with open(folder / "early.log", "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-c", code, str(support), str(support.parents[1]),
+                                          str(folder)], stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=dict(os.environ))
 
     def join(self) -> None:
-        self.thread.join()
+        """Wait for it (the fixture grades again, and fails with the cause, where it failed)."""
+        self.proc.wait()
