@@ -125,7 +125,7 @@ def test_a_learner_runs_a_cell_through_the_nginx_front(hub, tmp_path):
                 page.screenshot(path=str(ARTIFACTS / "a-ran-no-cell-behind-nginx.png"), full_page=True)
                 raise AssertionError(f"the cell did not print within 120 s: kernel "
                                      f"{indicator.first.get_attribute('data-status')!r}, cell {cell.inner_text()!r}, "
-                                     f"prompt {page.locator('.jp-InputArea-prompt').first.inner_text()!r}, "
+                                     f"prompt {prompt.inner_text()!r}, "
                                      f"websockets {sockets}, console {console[-15:]}") from err
             page.screenshot(path=str(ARTIFACTS / "a-ran-a-cell-behind-nginx.png"), full_page=True)
             said = output.inner_text()
