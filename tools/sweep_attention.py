@@ -9,6 +9,8 @@ short:   the backward at head_dim 64, seq_len 1024 and 2048 (causal and not), B 
          do_bench (launches included) and by a CUDA graph of 20 calls (the GPU's time alone).
 forward: phase 6's forward at head_dim 128, not causal, seq_len 4096-16384, tiles/warps/stages against SDPA's
          default (cuDNN), with each compiled kernel's registers, spills and shared memory.
+long:    the backward at head_dim 64, seq_len 4096 and 16384, the notebook's tiles against 64 x 64 dQ (and dK/dV).
+layernorm: phase 6's LayerNorm at 16384 columns (fp32 and fp16) and fp32 4096, num_warps 4-32, against a copy.
 block:   the notebook's attention block, forward + backward (causal, seq 4096, embed 1024, 8 heads) on its op and on
          SDPA's default, with the backward's d128 tiles varied.
 """
@@ -226,6 +228,70 @@ def part_block(nb, repeats: int) -> None:
                                                           for p, ms in t.items()))
 
 
+def part_long(nb, repeats: int) -> None:
+    """head_dim 64 at seq_len 4096 and 16384: the notebook's tiles against 64 x 64 dQ (and dK/dV) tiles and FA2."""
+    import torch
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    do_bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
+    base = dict(nb.BWD_CONFIG["cuda"])
+    variants = {"nb": base, "dq128x32w4s3": {**base, "dq": (128, 32, 4, 3)},
+                "dq64x64w4s2": {**base, "dq": (64, 64, 4, 2)},
+                "both64": {**base, "dkdv": (64, 64, 4, 2), "dq": (64, 64, 4, 2)}}
+    for S in (4096, 16384):
+        for causal in (False, True):
+            torch.manual_seed(0)
+            q, k, v, do = (torch.randn(B, H, S, 64, device="cuda", dtype=torch.float16) for _ in range(4))
+            o, lse = nb.attention_forward(q, k, v, causal)
+            qr, kr, vr = (t.detach().requires_grad_() for t in (q, k, v))
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                orf = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
+            providers = {"fa2": lambda: torch.autograd.grad(orf, (qr, kr, vr), do, retain_graph=True)}
+            for name, cfg in variants.items():
+                def run(cfg=cfg):
+                    saved = nb.BWD_CONFIG["cuda"]
+                    nb.BWD_CONFIG["cuda"] = cfg
+                    try:
+                        return nb.attention_backward(q, k, v, o, lse, do, causal)
+                    finally:
+                        nb.BWD_CONFIG["cuda"] = saved
+                providers[name] = run
+            t = interleaved(providers, repeats, do_bench)
+            flops = 10 * B * H * S * S * 64 / (2 if causal else 1)
+            log(f"long d=64 S={S} causal={causal}: " + ", ".join(
+                f"{p} {flops / ms / 1e9:.0f} TF/s ({t['fa2'] / ms:.2f}x FA2)" for p, ms in t.items()))
+            del q, k, v, do, o, lse, orf, qr, kr, vr
+
+
+def part_layernorm(repeats: int) -> None:
+    """Phase 6's LayerNorm kernel at 16384 columns (and fp32 4096), num_warps swept, against a copy of the bytes."""
+    import torch
+    import triton
+
+    nb6 = reference_module("06_fused_attention")
+    do_bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
+    for dtype, n_cols in ((torch.float32, 16384), (torch.float16, 16384), (torch.float32, 4096)):
+        n_rows = 2**28 // (n_cols * dtype.itemsize)  # 256 MB
+        x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
+        w, b = torch.randn(n_cols, device="cuda", dtype=dtype), torch.randn(n_cols, device="cuda", dtype=dtype)
+        y = torch.empty_like(x)
+        mean = torch.empty(n_rows, device="cuda", dtype=torch.float32)
+        rstd = torch.empty(n_rows, device="cuda", dtype=torch.float32)
+        providers = {"copy": lambda: y.copy_(x), "wrapper": lambda: nb6.layer_norm_launch(x, w, b)}
+        for warps in (4, 8, 16, 32):
+            def run(warps=warps):
+                return nb6.triton_layer_norm_kernel[(n_rows,)](x, y, w, b, mean, rstd, x.stride(0), y.stride(0),
+                                                               n_cols, 1e-5, BLOCK_SIZE=n_cols, num_warps=warps)
+            log(f"  layer_norm {dtype} {n_cols} warps={warps}: {stats(run())}")
+            providers[f"w{warps}"] = run
+        t = interleaved(providers, repeats, do_bench)
+        gbs = 2 * x.numel() * x.element_size() / 1e6
+        log(f"layer_norm {dtype} n_cols={n_cols}: " + ", ".join(
+            f"{p} {gbs / ms:.0f} GB/s ({t['copy'] / ms:.2f}x copy)" for p, ms in t.items()))
+        del x, y
+
+
 def main() -> None:
     import torch
 
@@ -244,6 +310,10 @@ def main() -> None:
                 part_short(nb, args.repeats)
             elif part == "forward":
                 part_forward(max(args.repeats // 2, 5))
+            elif part == "long":
+                part_long(nb, args.repeats)
+            elif part == "layernorm":
+                part_layernorm(args.repeats)
             elif part == "block":
                 part_block(nb, max(args.repeats // 2, 5))
         except Exception:
