@@ -11,6 +11,7 @@ forward: phase 6's forward at head_dim 128, not causal, seq_len 4096-16384, tile
          default (cuDNN), with each compiled kernel's registers, spills and shared memory.
 long:    the backward at head_dim 64, seq_len 4096 and 16384, the notebook's tiles against 64 x 64 dQ (and dK/dV).
 layernorm: phase 6's LayerNorm at 16384 columns (fp32 and fp16) and fp32 4096, num_warps 4-32, against a copy.
+launch:  where the head_dim-64 backward's CPU time goes at seq_len 1024: each launch alone, then cProfile.
 block:   the notebook's attention block, forward + backward (causal, seq 4096, embed 1024, 8 heads) on its op and on
          SDPA's default, with the backward's d128 tiles varied.
 """
@@ -292,6 +293,64 @@ def part_layernorm(repeats: int) -> None:
         del x, y
 
 
+def part_launch(nb) -> None:
+    """Where the backward's CPU time goes at head_dim 64, seq_len 1024 (launch-bound there): each launch and
+    allocation of the wrapper timed alone, then cProfile of 200 calls."""
+    import cProfile
+    import pstats
+    import time
+
+    import torch
+    import triton
+
+    S = 1024
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(B, H, S, 64, device="cuda", dtype=torch.float16) for _ in range(4))
+    for causal in (False, True):
+        o, lse = nb.attention_forward(q, k, v, causal)
+        nb.attention_backward(q, k, v, o, lse, do, causal)
+        cfg = nb.BWD_CONFIG["cuda"]
+        lse2 = lse.reshape(B * H, S).contiguous()
+        delta = torch.empty((B * H, S), device="cuda", dtype=torch.float32)
+        dk, dv, dq = torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)
+        bm, bn, w, st = cfg["dkdv"]
+        qm, qn, qw, qs = cfg["dq"]
+        pieces = {
+            "empty_like x3": lambda: (torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)),
+            "lse reshape": lambda: lse.reshape(B * H, S).contiguous(),
+            "preprocess launch": lambda: nb.triton_attention_bwd_preprocess_kernel[(triton.cdiv(S, 128), B * H)](
+                o, do, delta, *o.stride(), *do.stride(), H, S, HEAD_DIM=64, BLOCK_M=128, num_warps=4),
+            "dkdv launch": lambda: nb.triton_attention_bwd_dkdv_kernel[(triton.cdiv(S, bn), B * H)](
+                q, k, v, do, lse2, delta, dk, dv, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+                *dk.stride(), *dv.stride(), *dq.stride(), H, S, 0.125, HEAD_DIM=64, BLOCK_M=bm, BLOCK_N=bn,
+                CAUSAL=causal, ATOMIC_DQ=False, num_warps=w, num_stages=st),
+            "dq launch": lambda: nb.triton_attention_bwd_dq_kernel[(triton.cdiv(S, qm), B * H)](
+                q, k, v, do, lse2, delta, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(), H,
+                S, 0.125, HEAD_DIM=64, BLOCK_M=qm, BLOCK_N=qn, CAUSAL=causal, num_warps=qw, num_stages=qs),
+            "whole wrapper": lambda: nb.attention_backward(q, k, v, o, lse, do, causal),
+        }
+        for name, fn in pieces.items():
+            fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(100):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            log(f"launch causal={causal} {name}: {(t1 - t0) / 100 * 1e6:.1f} us of CPU a call "
+                f"({(time.perf_counter() - t0) / 100 * 1e6:.1f} with the GPU's drain)")
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(200):
+            nb.attention_backward(q, k, v, o, lse, do, causal)
+        prof.disable()
+        torch.cuda.synchronize()
+        import io
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
+        log(out.getvalue())
+
+
 def main() -> None:
     import torch
 
@@ -310,6 +369,8 @@ def main() -> None:
                 part_short(nb, args.repeats)
             elif part == "forward":
                 part_forward(max(args.repeats // 2, 5))
+            elif part == "launch":
+                part_launch(nb)
             elif part == "long":
                 part_long(nb, args.repeats)
             elif part == "layernorm":
