@@ -178,13 +178,28 @@ def _kept_as_it_was(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
     return tarfile.tar_filter(member, path).replace(mode=member.mode, deep=False)
 
 
+def _owned_by_name(member: tarfile.TarInfo) -> str | None:
+    """The member's owner and group by name, never by number: uids differ between machines, and tarfile falls back to
+    the stored number for a name this machine has not (a deleted account's number may be another user's here). Such
+    an owner or group becomes root; returns the unknown name then."""
+    unknown = None
+    for name, number, lookup in (("uname", "uid", pwd.getpwnam), ("gname", "gid", grp.getgrnam)):
+        try:
+            lookup(getattr(member, name) or "")
+        except KeyError:
+            unknown = unknown or getattr(member, name) or f"#{getattr(member, number)}"
+            setattr(member, name, "root")
+            setattr(member, number, 0)
+    return unknown
+
+
 def _extract(tarball: Path, top: str, dest: Path, check_only: bool = False) -> bool:
     """Every member of ``tarball`` under its top folder ``top``, extracted as ``dest`` (a path that does not exist
-    yet), owners by name and modes kept; False when ``top`` is not there. A name leaving ``top``, an absolute path, a
-    path through a link, or a device is refused, whether extracting or ``check_only`` (tarfile's ``tar`` filter checks
-    the names again as it extracts)."""
+    yet), owners by name (:func:`_owned_by_name`) and modes kept; False when ``top`` is not there. A name leaving
+    ``top``, an absolute path, a path through a link, or a device is refused, whether extracting or ``check_only``
+    (tarfile's ``tar`` filter checks the names again as it extracts)."""
     with tarfile.open(tarball) as tar:
-        members, links = [], set()
+        members, links, strangers = [], set(), {}
         for member in tar.getmembers():
             if not (member.name == top or member.name.startswith(top + "/")):
                 continue  # another learner's home
@@ -202,11 +217,16 @@ def _extract(tarball: Path, top: str, dest: Path, check_only: bool = False) -> b
             member.mode &= ~0o6000  # no setuid or setgid file comes back
             if member.islnk():  # a hard link names another member
                 member.linkname = dest.name + member.linkname[len(top):]
+            if (stranger := _owned_by_name(member)) is not None:
+                strangers.setdefault(stranger, []).append(member.name)
             members.append(member)
         if not members or check_only:
             return bool(members)
         safe = {"filter": _kept_as_it_was} if hasattr(tarfile, "tar_filter") else {}  # Python 3.11.4+, 3.10.12+
         tar.extractall(dest.parent, members=members, **safe)
+        for name, paths in strangers.items():
+            print(f"tritonhub: {len(paths)} path(s) of {top} belonged to {name}, an account or group this machine "
+                  f"has not: root's now, e.g. {dest.parent / paths[0]}")
         return True
 
 
