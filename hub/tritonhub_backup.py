@@ -25,7 +25,7 @@ from pathlib import Path
 
 import exchange_service
 from tritonhub_accounts import USER_ID, add_account, user_exists
-from tritonhub_common import Settings
+from tritonhub_common import Settings, as_user
 from tritonhub_ops import running_pid
 
 MANIFEST = "backup.json"  # where each tarball came from, and whose homes are in homes.tar.gz
@@ -55,10 +55,39 @@ def _students(gradebook: Path) -> dict[str, dict]:
     return {r[0]: {"first_name": r[1] or "", "last_name": r[2] or "", "email": r[3] or ""} for r in rows}
 
 
+def hidden(url: str) -> str:
+    """``url`` without its password, for messages and the manifest."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    return parts._replace(netloc=netloc[0].split(":", 1)[0] + ":***@" + netloc[1]).geturl()
+
+
+def gradebook_url(settings: Settings) -> str:
+    """The gradebook's URL: root's TRITONCOURSE_DB_URL when set, else the instructor's configuration, the course's
+    ``nbgrader_config.py`` as nbgrader reads it (tritoncourse.classroom.database.db_url_of), evaluated by the hub
+    venv's Python run as the instructor: the file is theirs, so root never executes it."""
+    url = os.environ.get("TRITONCOURSE_DB_URL", "")
+    course = settings.course_dir
+    if url or not (course / "nbgrader_config.py").exists():
+        return url or f"sqlite:///{course / 'gradebook.db'}"
+    code = ("import sys; from pathlib import Path; from tritoncourse.classroom.database import db_url_of; "
+            "print(db_url_of(Path(sys.argv[1])))")
+    r = as_user(settings.instructor, [f"{settings.venv}/bin/python", "-I", "-B", "-c", code, str(course)], settings,
+                cwd=course, capture_output=True, text=True, check=False)
+    lines = r.stdout.split()
+    if r.returncode != 0 or not lines:
+        sys.exit(f"tritonhub: the gradebook's URL could not be read from {course / 'nbgrader_config.py'} as "
+                 f"{settings.instructor}:\n{r.stderr.strip()[-1500:]}")
+    return lines[-1]
+
+
 def pg_command(tool: str, url: str, *args: str) -> tuple[list[str], dict]:
-    """``tool`` (pg_dump, psql) on the PostgreSQL database of ``url`` (postgresql[+driver]://user:password@host:port/db):
-    the argument list names host, port, user and database; the password travels in the child's environment
-    (PGPASSWORD), never in its arguments, which every user of the machine can read (ps, /proc/PID/cmdline)."""
+    """``tool`` (pg_dump, pg_restore, psql) on the PostgreSQL database of ``url``
+    (postgresql[+driver]://user:password@host:port/db): the argument list names host, port, user and database; the
+    password travels in the child's environment (PGPASSWORD), never in its arguments, which every user of the machine
+    can read (ps, /proc/PID/cmdline)."""
     parts = urllib.parse.urlsplit(url)
     if not parts.scheme.startswith("postgresql") or not parts.path.strip("/"):
         raise ValueError("not a PostgreSQL database URL")
@@ -74,36 +103,39 @@ def pg_command(tool: str, url: str, *args: str) -> tuple[list[str], dict]:
 
 
 def _pg_dump(url: str, out: Path) -> None:
-    """The database of ``url`` as SQL in ``out`` (mode 0600): each object dropped if it exists, then made again, so that
-    psql restores it over a database that holds the same tables."""
-    argv, env = pg_command("pg_dump", url, "--no-owner", "--clean", "--if-exists")
+    """The database of ``url`` in pg_dump's custom format in ``out`` (mode 0600), for pg_restore."""
+    argv, env = pg_command("pg_dump", url, "--format=custom")
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
-        subprocess.run(argv, stdout=f, env=env, check=True)
+        r = subprocess.run(argv, stdout=f, stderr=subprocess.PIPE, env=env, text=True)
+    if r.returncode != 0:
+        sys.exit(f"tritonhub: pg_dump of {hidden(url)} failed: {r.stderr.strip()[-1500:]}")
 
 
 def backup(settings: Settings, dest: Path) -> Path:
-    """A consistent copy of the gradebook (SQLite's backup API while the hub may be writing it; ``pg_dump`` when
-    TRITONCOURSE_DB_URL names PostgreSQL), tarballs of the course directory (source, submitted, autograded,
-    feedback), of nbgrader's exchange and of every learner's home (links stored as links, never followed; owners and
-    modes kept), and the roster (``roster.csv``: the learners' group with the gradebook's names), in a new folder
+    """A consistent copy of the gradebook the instructor's configuration names (:func:`gradebook_url`): SQLite's
+    through its backup API while the hub may be writing it, PostgreSQL's by ``pg_dump`` in its custom format
+    (``gradebook.pgdump``); tarballs of the course directory (source, submitted, autograded, feedback), of nbgrader's
+    exchange and of every learner's home (links stored as links, never followed; owners and modes kept), and the
+    roster (``roster.csv``: the learners' group with the gradebook's names), in a new folder
     ``DEST/tritonhub-backup-<date>-<time>`` (root only). Returns that folder."""
     out = Path(dest) / time.strftime("tritonhub-backup-%Y%m%d-%H%M%S")
     out.mkdir(mode=0o700, parents=True)
     os.chmod(out, 0o700)
     course = settings.course_dir
-    url = os.environ.get("TRITONCOURSE_DB_URL", "")
+    url = gradebook_url(settings)
+    db = Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
     if url.startswith("postgresql"):
-        _pg_dump(url, out / "gradebook.sql")
-    elif (course / "gradebook.db").exists():
-        src = sqlite3.connect(f"file:{course / 'gradebook.db'}?mode=ro", uri=True)
+        _pg_dump(url, out / "gradebook.pgdump")
+    elif db is not None and db.exists():
+        src = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         dst = sqlite3.connect(out / "gradebook.db")
         with dst:
             src.backup(dst)
         src.close()
         dst.close()
     else:
-        print(f"tritonhub: no gradebook at {course / 'gradebook.db'} (nothing generated yet?)", file=sys.stderr)
+        print(f"tritonhub: no gradebook backed up: {hidden(url)} (nothing generated yet?)", file=sys.stderr)
     homes = learners(settings)
     trees = [("course", course, course.name), ("exchange", Path(settings.exchange), Path(settings.exchange).name)]
     for name, folder, arcname in trees:
@@ -120,7 +152,7 @@ def backup(settings: Settings, dest: Path) -> Path:
         roster.writerow(["id", "first_name", "last_name", "email"])
         roster.writerows([n, *students.get(n, {}).values()] for n in homes)
     (out / MANIFEST).write_text(json.dumps({
-        "course": str(course), "exchange": settings.exchange, "course_id": settings.course_id,
+        "course": str(course), "exchange": settings.exchange, "course_id": settings.course_id, "gradebook": hidden(url),
         "instructor": settings.instructor, "homes": homes, "made": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))
     for path in out.iterdir():
         os.chmod(path, 0o600)
@@ -146,13 +178,28 @@ def _kept_as_it_was(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
     return tarfile.tar_filter(member, path).replace(mode=member.mode, deep=False)
 
 
+def _owned_by_name(member: tarfile.TarInfo) -> str | None:
+    """The member's owner and group by name, never by number: uids differ between machines, and tarfile falls back to
+    the stored number for a name this machine has not (a deleted account's number may be another user's here). Such
+    an owner or group becomes root; returns the unknown name then."""
+    unknown = None
+    for name, number, lookup in (("uname", "uid", pwd.getpwnam), ("gname", "gid", grp.getgrnam)):
+        try:
+            lookup(getattr(member, name) or "")
+        except KeyError:
+            unknown = unknown or getattr(member, name) or f"#{getattr(member, number)}"
+            setattr(member, name, "root")
+            setattr(member, number, 0)
+    return unknown
+
+
 def _extract(tarball: Path, top: str, dest: Path, check_only: bool = False) -> bool:
     """Every member of ``tarball`` under its top folder ``top``, extracted as ``dest`` (a path that does not exist
-    yet), owners by name and modes kept; False when ``top`` is not there. A name leaving ``top``, an absolute path, a
-    path through a link, or a device is refused, whether extracting or ``check_only`` (tarfile's ``tar`` filter checks
-    the names again as it extracts)."""
+    yet), owners by name (:func:`_owned_by_name`) and modes kept; False when ``top`` is not there. A name leaving
+    ``top``, an absolute path, a path through a link, or a device is refused, whether extracting or ``check_only``
+    (tarfile's ``tar`` filter checks the names again as it extracts)."""
     with tarfile.open(tarball) as tar:
-        members, links = [], set()
+        members, links, strangers = [], set(), {}
         for member in tar.getmembers():
             if not (member.name == top or member.name.startswith(top + "/")):
                 continue  # another learner's home
@@ -170,37 +217,51 @@ def _extract(tarball: Path, top: str, dest: Path, check_only: bool = False) -> b
             member.mode &= ~0o6000  # no setuid or setgid file comes back
             if member.islnk():  # a hard link names another member
                 member.linkname = dest.name + member.linkname[len(top):]
+            if (stranger := _owned_by_name(member)) is not None:
+                strangers.setdefault(stranger, []).append(member.name)
             members.append(member)
         if not members or check_only:
             return bool(members)
         safe = {"filter": _kept_as_it_was} if hasattr(tarfile, "tar_filter") else {}  # Python 3.11.4+, 3.10.12+
         tar.extractall(dest.parent, members=members, **safe)
+        for name, paths in strangers.items():
+            print(f"tritonhub: {len(paths)} path(s) of {top} belonged to {name}, an account or group this machine "
+                  f"has not: root's now, e.g. {dest.parent / paths[0]}")
         return True
 
 
-def _restore_postgres(settings: Settings, sql: Path, url: str, stamp: str) -> None:
-    """The backup's SQL loaded into the database of ``url`` in one transaction (all or nothing), after the database
-    as it is was dumped to <state>/gradebook.before-restore-STAMP.sql (set aside, as the folders are)."""
-    state = Path(settings.state)
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
-    aside = state / f"gradebook.before-restore-{stamp}.sql"
-    for n in range(2, 100):  # two restores in one second: the first's copy is kept
-        if not aside.exists():
-            break
-        aside = state / f"gradebook.before-restore-{stamp}-{n}.sql"
-    _pg_dump(url, aside)
-    argv, env = pg_command("psql", url, "--single-transaction", "-v", "ON_ERROR_STOP=1", "-q", "-X", "-f", str(sql))
+def _restore_postgres(dump: Path, url: str) -> None:
+    """The backup's gradebook loaded by ``pg_restore`` (``psql`` for the plain SQL of older backups) into the database
+    of ``url``, which must be empty (no table, view or sequence: nothing there is overwritten), in one transaction: a
+    failure leaves it empty."""
+    count = ("select count(*) from pg_class c join pg_namespace n on n.oid = c.relnamespace "
+             "where n.nspname <> 'information_schema' and n.nspname !~ '^pg_'")
+    argv, env = pg_command("psql", url, "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-c", count)
     r = subprocess.run(argv, env=env, capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit(f"tritonhub: the gradebook's SQL was refused, nothing restored (the database is as it was; its "
-                 f"copy: {aside}):\n{r.stderr.strip()[-2000:]}")
-    print(f"tritonhub: gradebook restored into PostgreSQL; the database as it was before: {aside}")
+        sys.exit(f"tritonhub: {hidden(url)} could not be read, nothing restored:\n{r.stderr.strip()[-1500:]}")
+    if int(r.stdout.strip() or 0):
+        sys.exit(f"tritonhub: the database {hidden(url)} is not empty ({r.stdout.strip()} tables, views or "
+                 "sequences): restore loads the gradebook only into an empty one, so nothing is overwritten. Make "
+                 "one (as PostgreSQL's admin: CREATE DATABASE ... OWNER ...; or DROP DATABASE and create it again, "
+                 "once its contents are no longer needed), then restore again. Nothing was restored.")
+    if dump.suffix == ".sql":
+        argv, env = pg_command("psql", url, "--single-transaction", "-v", "ON_ERROR_STOP=1", "-q", "-X", "-f",
+                               str(dump))
+    else:
+        argv, env = pg_command("pg_restore", url, "--no-owner", "--no-privileges", "--exit-on-error",
+                               "--single-transaction", str(dump))
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"tritonhub: {argv[0]} into {hidden(url)} failed, nothing restored (the database is still empty):"
+                 f"\n{r.stderr.strip()[-2000:]}")
+    print(f"tritonhub: gradebook restored into {hidden(url)}")
 
 
 def restore(settings: Settings, folder: Path) -> None:
     """The backup in ``folder`` put back, with the hub stopped: the course directory and the exchange as they were
-    (the present ones set aside, never deleted), the gradebook from its consistent copy (PostgreSQL's into the database
-    TRITONCOURSE_DB_URL names, in one transaction, the database as it was dumped aside first), every learner's home (an
+    (the present ones set aside, never deleted), the gradebook from its consistent copy (PostgreSQL's by pg_restore
+    into the empty database the instructor's configuration or TRITONCOURSE_DB_URL names), every learner's home (an
     account missing on this machine is made again, with a new password in <state>/passwords.csv), owners by name and
     modes kept. Start the hub afterwards."""
     if os.geteuid() != 0:
@@ -212,10 +273,12 @@ def restore(settings: Settings, folder: Path) -> None:
         manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError) as err:
         sys.exit(f"tritonhub: {folder} is not a backup of `tritonhub.py backup` ({MANIFEST}: {err})")
-    url = os.environ.get("TRITONCOURSE_DB_URL", "")
-    if (folder / "gradebook.sql").exists() and not url.startswith("postgresql"):
-        sys.exit(f"tritonhub: the backup's gradebook is PostgreSQL's ({folder / 'gradebook.sql'}): set "
-                 "TRITONCOURSE_DB_URL to the database to restore it into (the hub's), then restore again")
+    dumps = [folder / name for name in ("gradebook.pgdump", "gradebook.sql") if (folder / name).exists()]
+    url = gradebook_url(settings) if dumps else ""
+    if dumps and not url.startswith("postgresql"):
+        sys.exit(f"tritonhub: the backup's gradebook is PostgreSQL's ({dumps[0]}), and the instructor's configuration "
+                 f"names {hidden(url)}: set TRITONCOURSE_DB_URL to an empty PostgreSQL database (or name it in the "
+                 "course's nbgrader_config.py), then restore again")
     course = settings.course_dir
     trees = [(folder / "course.tar.gz", Path(manifest["course"]).name, course),
              (folder / "exchange.tar.gz", Path(manifest["exchange"]).name, Path(settings.exchange))]
@@ -226,9 +289,9 @@ def restore(settings: Settings, folder: Path) -> None:
     homes = [(folder / "homes.tar.gz", name, Path("/nonexistent") / name) for name in manifest["homes"]]
     for tarball, top, dest in trees + homes:
         _extract(tarball, top, dest, check_only=True)  # every tarball checked before anything is changed
+    if dumps:  # first: a refused gradebook changes nothing (one transaction, into an empty database), files included
+        _restore_postgres(dumps[0], url)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    if (folder / "gradebook.sql").exists():  # first: a refused SQL changes nothing (one transaction), files included
-        _restore_postgres(settings, folder / "gradebook.sql", url, stamp)
     made = []
     for name in manifest["homes"]:  # before the files: their owners are named in the tarballs
         if not user_exists(name):

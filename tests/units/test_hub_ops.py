@@ -6,6 +6,7 @@ log (a stand-in JupyterHub), and ``backup DIR`` (the gradebook through SQLite's 
 the exchange's links kept as links). A few seconds; the interpreter checks need root (they run as nobody)."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -200,7 +201,8 @@ def tree(folder: Path) -> dict:
 def test_restore_puts_the_course_and_exchange_back_as_they_were(tmp_path):
     """A backup, then the course directory lost and the exchange changed: ``restore`` puts both back (the present
     ones set aside, nothing deleted) with the gradebook's consistent copy, owners, modes and a planted link kept as a
-    link (never followed: /etc/shadow is unchanged); it refuses a tarball whose names leave their folder."""
+    link (never followed: /etc/shadow is unchanged); a file whose owner's name this machine has not becomes root's,
+    not the old number's (here nobody's); it refuses a tarball whose names leave their folder."""
     nobody = 65534
     course, exchange = tmp_path / "home" / "triton-kernels", tmp_path / "srv" / "exchange"
     (course / "submitted" / "a" / "01_vector_add").mkdir(parents=True)
@@ -223,9 +225,21 @@ def test_restore_puts_the_course_and_exchange_back_as_they_were(tmp_path):
     shadow = Path("/etc/shadow").stat().st_mtime_ns
     before = {"course": tree(course), "exchange": tree(exchange)}
     out = tritonhub_backup.backup(settings, tmp_path / "backups")
+    # a file of an account this machine has not (deleted, or the backup made elsewhere) whose old number is another
+    # user's here (nobody's): restored as root's, never by number
+    with tarfile.open(out / "course.tar.gz") as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
+    gone = tarfile.TarInfo("triton-kernels/ta-notes.txt")
+    gone.size, gone.mode, gone.uid, gone.gid, gone.uname, gone.gname = 5, 0o640, nobody, nobody, "th-gone", "th-gone"
+    with tarfile.open(out / "course.tar.gz", "w:gz") as tar:
+        for member, data in [*members, (gone, b"notes")]:
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
     shutil.rmtree(course)
     (exchange / "triton-kernels" / "outbound" / "later").write_text("made after the backup")
     tritonhub_backup.restore(settings, out)
+    assert tree(course).pop("ta-notes.txt") == (stat.S_IFREG, 0o640, 0, b"notes")
+    assert (course / "ta-notes.txt").stat().st_gid == 0
+    (course / "ta-notes.txt").unlink()
     after = {"course": tree(course), "exchange": tree(exchange)}
     for name in ("course", "exchange"):
         changed = {k for k in before[name].keys() | after[name].keys() if before[name].get(k) != after[name].get(k)}

@@ -53,56 +53,72 @@ def postgres():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="tritonhub.py restore runs as root (CI is root)")
-def test_the_hubs_backup_and_restore_bring_a_postgresql_gradebook_back(postgres, tmp_path, monkeypatch):
-    """hub/tritonhub.py backup dumps a PostgreSQL gradebook; after it changed, restore loads the backup's rows back in
-    one transaction, the changed database dumped aside first; SQL the database refuses changes nothing. The password
-    is never in pg_dump's or psql's arguments (any local user, a learner on the hub, reads those with ps)."""
+def test_the_hubs_backup_and_restore_bring_a_postgresql_gradebook_back(postgres, tmp_path, monkeypatch, capsys):
+    """hub/tritonhub.py backup dumps the PostgreSQL gradebook that the course's nbgrader_config.py names (read as the
+    instructor reads it, TRITONCOURSE_DB_URL unset) in pg_dump's custom format; restore loads it with pg_restore into
+    an empty database only: refused while the hub runs and into a database that holds tables (nothing changed
+    there), then the backup's rows in a new empty one. The password is never in pg_dump's, pg_restore's or psql's
+    arguments (any local user, a learner on the hub, reads those with ps), nor in what backup and restore print."""
     import psycopg
 
     sys.path.insert(0, str(ROOT / "hub"))
     import tritonhub_backup
     from tritonhub_common import Settings
 
-    url = postgres.create_database("hub_restore")
-    db = dict(host="127.0.0.1", port=postgres.port, user=postgres.user, password=postgres.password,
-              dbname="hub_restore", autocommit=True)
-
-    def sql(*statements):
-        with psycopg.connect(**db) as con:
+    def sql(dbname, *statements):
+        with psycopg.connect(host="127.0.0.1", port=postgres.port, user=postgres.user, password=postgres.password,
+                             dbname=dbname, autocommit=True) as con:
             for statement in statements:
                 con.execute(statement)
             return con.execute("select student, score from grade order by student").fetchall()
 
-    backed_up = sql("create table grade (student text primary key, score real)",
+    url = postgres.create_database("hub_backup")
+    backed_up = sql("hub_backup", "create table grade (student text primary key, score real)",
                     "insert into grade values ('a', 3.5), ('b', 1.0)")
     course, exchange = tmp_path / "course", tmp_path / "exchange"
     course.mkdir()
-    tritonhub_backup.exchange_service.prepare(str(exchange), "triton-kernels", "nobody")
+    (course / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.db_url = {url!r}\n")
+    tritonhub_backup.exchange_service.prepare(str(exchange), "triton-kernels", "root")
 
     class Here(Settings):
         course_dir = course
 
-    settings = Here(exchange=str(exchange), instructor="nobody", learners_group="th-no-such-group",
-                    state=str(tmp_path / "state"))
-    monkeypatch.setenv("TRITONCOURSE_DB_URL", url)
+    # the instructor root: the test's course and .venv may sit where no other user can read (the switch to the
+    # instructor is as_user's, which the hub's tests run for every nbgrader command)
+    settings = Here(exchange=str(exchange), instructor="root", learners_group="th-no-such-group",
+                    state=str(tmp_path / "state"), venv=sys.prefix)
+    monkeypatch.delenv("TRITONCOURSE_DB_URL", raising=False)
     argvs, run = [], subprocess.run
-    monkeypatch.setattr(tritonhub_backup.subprocess, "run", lambda argv, *a, **kw: argvs.append(argv) or run(argv, *a, **kw))
+    monkeypatch.setattr(tritonhub_backup.subprocess, "run",
+                        lambda argv, *a, **kw: argvs.append(argv) or run(argv, *a, **kw))
     out = tritonhub_backup.backup(settings, tmp_path / "backups")
-    sql("update grade set score = 0 where student = 'a'", "insert into grade values ('c', 9)")
+    assert (out / "gradebook.pgdump").read_bytes()[:5] == b"PGDMP"  # the custom format
+    assert stat.S_IMODE((out / "gradebook.pgdump").stat().st_mode) == 0o600
+    manifest = (out / "backup.json").read_text()
+    assert "hub_backup" in manifest and postgres.password not in manifest
+    changed = sql("hub_backup", "update grade set score = 0 where student = 'a'", "insert into grade values ('c', 9)")
+    # the hub running (a live process named jupyterhub in its pid file): refused before anything
+    hub = subprocess.Popen(["bash", "-c", "exec -a jupyterhub sleep 60"])
+    try:
+        time.sleep(0.2)
+        (tmp_path / "state").mkdir(exist_ok=True)
+        (tmp_path / "state" / "jupyterhub.pid").write_text(str(hub.pid))
+        with pytest.raises(SystemExit, match="the hub is running"):
+            tritonhub_backup.restore(settings, out)
+    finally:
+        hub.kill()
+        hub.wait()
+    with pytest.raises(SystemExit, match="is not empty .* Nothing was restored") as refused:
+        tritonhub_backup.restore(settings, out)  # the configuration still names the changed database
+    assert sql("hub_backup") == changed and postgres.password not in str(refused.value)
+    empty = postgres.create_database("hub_restored")  # the new empty database the instructor names
+    (course / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.db_url = {empty!r}\n")
     tritonhub_backup.restore(settings, out)
-    assert sql() == backed_up
-    (aside,) = (tmp_path / "state").glob("gradebook.before-restore-*.sql")
-    first_aside = aside.read_bytes()
-    assert stat.S_IMODE(aside.stat().st_mode) == 0o600 and "c\t9" in aside.read_text()
-    assert any("pg_dump" in a[0] for a in argvs) and any("psql" in a[0] for a in argvs), argvs
+    assert sql("hub_restored") == backed_up
+    assert any(a[0] == "pg_dump" for a in argvs) and any(a[0] == "pg_restore" for a in argvs), argvs
     assert not [a for a in argvs if postgres.password in " ".join(map(str, a))], argvs
-    # SQL the database refuses (a dump of another schema, a truncated file): nothing changes, the restore stops
-    (out / "gradebook.sql").write_text((out / "gradebook.sql").read_text() + "\nSELECT no_such_function();\n")
-    changed = sql("update grade set score = 7 where student = 'b'")
-    with pytest.raises(SystemExit, match="refused, nothing restored"):
-        tritonhub_backup.restore(settings, out)
-    assert sql() == changed
-    assert aside.read_bytes() == first_aside  # the first restore's copy kept, the second's beside it
+    printed = capsys.readouterr()
+    assert "hub_restored" in printed.out and postgres.password not in printed.out + printed.err
 
 
 # ------------------------------------------------------------------------------------------ fast checks
