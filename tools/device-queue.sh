@@ -12,6 +12,8 @@
 # time left; leaves $OUT/soak-summary.json; 500 notebooks are three calls of SOAK=170 SOAK_SHARDS=6 SOAK_GRADE_JOBS=8 at
 # SOAK_OFFSET=0, 170, 340: about 310 s each on an H200 machine's 16 cores, 2026-11-26). FIXTURES overrides the fixtures graded, SHARDS (3) the
 # course copies a phase is split over; TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners.
+# g07 also runs tests/workflows/test_hostile_phases.py (phase 7's hostile learners, graded in g07's own run: FIXTURES must
+# name `hostile` too, or be unset); ut: tests/units -k UNITS_K (attention_backward) on the GPU.
 # v07a..v07h: phase 7's fixtures through test_verdicts in V07_SPLIT (4) parts, run side by side (about 65 s a fixture
 # under compute-sanitizer on an H200: one suite cannot hold them all); py: the command in
 # PY_CMD (a scratch measurement), its output in logs/py.log.
@@ -38,7 +40,9 @@ start() {
   local s=$1 t; t=$(left); [ $t -lt ${MIN:-150} ] && { el "no time for $s"; return; }
   el "start $s with $t s"
   case $s in
-    g0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/workflows/test_grading.py -k ${PH[$s]} > $L/$s.log 2>&1 ;;
+    g0*) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/workflows/test_grading.py \
+           $([ $s = g07 ] && echo tests/workflows/test_hostile_phases.py) -k ${PH[$s]} > $L/$s.log 2>&1 ;;
+    ut) timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider tests/units -k "${UNITS_K:-attention_backward}" > $L/$s.log 2>&1 ;;
     v07[a-h]) python3 -m pytest --collect-only -q -p no:cacheprovider tests/judged/test_verdicts.py -k 07_attention_backward \
           | grep '::' | awk -v q=$(( $(printf %d "'${s#v07}") - 97 )) -v n=${V07_SPLIT:-4} '(NR - 1) % n == q' > $L/$s.ids
         timeout -s INT -k 15 $t python3 -m pytest -v -rA -p no:cacheprovider $(cat $L/$s.ids) > $L/$s.log 2>&1 ;;
