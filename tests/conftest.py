@@ -58,6 +58,13 @@ def _baseline_folder(tmp_path_factory) -> Path:
 
 
 def pytest_collection_finish(session):
+    # Each generated course made once for the session and copied (tests/support/course.py's generated_template): all
+    # workers' folder, or this run's own without xdist; set before the early baseline's process starts.
+    from course import TEMPLATES_ENV
+
+    base = session.config._tmp_path_factory.getbasetemp()
+    os.environ.setdefault(TEMPLATES_ENV, str((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
+                                                    / "course-templates"))
     # One worker starts it (each collects the whole suite): gw0, before its first test.
     if os.environ.get("PYTEST_XDIST_WORKER") == "gw0" and any("serial_baseline" in getattr(item, "fixturenames", ())
                                                                for item in session.items):

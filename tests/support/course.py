@@ -1,11 +1,13 @@
 """Test harness: a throw-away copy of the course directory driven with real nbgrader commands."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,20 +86,57 @@ def nbgrader(*args: str, cwd: Path, check: bool = True, timeout: float = 3000,
     return proc
 
 
+# Where generated courses are kept for the session (conftest.py sets it; None: every Course generates its own).
+TEMPLATES_ENV = "TRITONCOURSE_TEST_COURSE_TEMPLATES"
+
+
+def generated_template(assignments: list[str], scaled_down: bool) -> Path | None:
+    """A course generated once per test session (all pytest-xdist workers and the early baseline's process) for
+    these assignments, as ``Course`` makes it with nbgrader's own environment: nbgrader_config.py, source/, release/
+    and the gradebook (nothing in them names their folder; only the gradebook's random ids would differ). Keyed by
+    the bytes of everything generation reads, so a changed notebook makes a new one. None without TEMPLATES_ENV."""
+    if not os.environ.get(TEMPLATES_ENV):
+        return None
+    digest = hashlib.sha256(repr((sorted(assignments), scaled_down)).encode())
+    for f in [ROOT / "nbgrader_config.py", *sorted(p for a in sorted(assignments) for p in (ROOT / "source" / a).rglob("*")
+                                                   if p.is_file())]:
+        digest.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+    home = Path(os.environ[TEMPLATES_ENV])
+    made = home / digest.hexdigest()[:24]
+    if not made.is_dir():
+        home.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix="partial-", dir=home))
+        Course(partial / "course", assignments, scaled_down=scaled_down, cached=False)
+        try:
+            os.rename(partial / "course", made)  # atomic; another process's equal copy may have come first
+        except OSError:
+            if not made.is_dir():
+                raise
+        shutil.rmtree(partial, ignore_errors=True)
+    return made
+
+
 class Course:
     """A copy of nbgrader_config.py and source/ in ``path``, with its own gradebook."""
 
     def __init__(self, path: Path, assignments: list[str], scaled_down: bool = False, frozen_package: bool = False,
-                 env: dict | None = None):
+                 env: dict | None = None, cached: bool = True):
         """``scaled_down``: phase 1's largest test sizes scaled down (SCALED_DOWN), for workflow tests.
         ``frozen_package``: a copy of the course package in the folder, for processes that import it from there
-        (the Dask workers); ``env``: nbgrader's environment (a gradebook's URL, that copy on PYTHONPATH)."""
+        (the Dask workers); ``env``: nbgrader's environment (a gradebook's URL, that copy on PYTHONPATH), else this
+        process's, and then a copy of the session's generated course (``generated_template``) unless not ``cached``."""
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / "nbgrader_config.py", path / "nbgrader_config.py")
         if frozen_package:
             shutil.copytree(ROOT / "tritoncourse", path / "tritoncourse",
                             ignore=shutil.ignore_patterns("__pycache__"))
+        # a gradebook elsewhere (nbgrader_config.py reads TRITONCOURSE_DB_URL) is generated there, not copied
+        here = env is None and not os.environ.get("TRITONCOURSE_DB_URL")
+        template = generated_template(assignments, scaled_down) if cached and here else None
+        if template is not None:
+            shutil.copytree(template, path, dirs_exist_ok=True)
+            return
+        shutil.copy2(ROOT / "nbgrader_config.py", path / "nbgrader_config.py")
         for a in assignments:
             shutil.copytree(ROOT / "source" / a, path / "source" / a)
             if scaled_down:

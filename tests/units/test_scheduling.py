@@ -27,3 +27,24 @@ def test_waiting_tests_share_one_unit_so_one_worker_waits_while_the_others_grade
     names = scheduling.waits_together(items, {0: None, 1: "G", 2: None, 3: "H"})  # w3 shares a module fixture
     assert names == {0: scheduling.WAITS_UNIT, 1: "G", 2: scheduling.WAITS_UNIT, 3: "H"}
     assert [i.nodeid for i in scheduling.order(items, names)][:2] == ["t::w1", "t::w2"]
+
+
+def test_refreshed_durations_add_new_tests_on_the_files_scale(tmp_path):
+    """tools/refresh_durations.py: a profiled run twice as slow as the file's (two workers) adds the tests the file
+    lacks at half their profiled seconds (setup, call and teardown summed), keeps the known ones, and drops the
+    tests no longer collected."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "refresh_durations.py"
+    spec = importlib.util.spec_from_file_location("refresh_durations", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    profile = tmp_path / "p.jsonl"
+    rows = [("t::a", "call", 20), ("t::b", "setup", 100), ("t::b", "call", 20), ("t::new", "setup", 150),
+            ("t::new", "call", 10)]
+    profile.write_text("".join(json.dumps({"test": t, "phase": p, "wall": w}) + "\n" for t, p, w in rows))
+    measured = tool.profiled([profile])
+    assert measured == {"t::a": 20, "t::b": 120, "t::new": 160}
+    table, scale = tool.merged({"t::a": 10, "t::b": 60, "t::gone": 5}, measured, collected={"t::a", "t::b", "t::new"})
+    assert scale == 0.5 and table == {"t::a": 10, "t::b": 60, "t::new": 80}
