@@ -80,10 +80,35 @@ def stats(compiled) -> str:
         return f"stats: {type(err).__name__}"
 
 
+def backward_inputs(nb, S: int, causal: bool):
+    """head_dim-64 fp16 inputs of B x H heads at seq_len S (seed 0), the notebook's forward (o, lse), and SDPA's
+    FlashAttention-2 forward on leaf copies (qr, kr, vr -> orf) whose autograd graph gives FA2's backward."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(B, H, S, 64, device="cuda", dtype=torch.float16) for _ in range(4))
+    o, lse = nb.attention_forward(q, k, v, causal)
+    qr, kr, vr = (t.detach().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        orf = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
+    return q, k, v, do, o, lse, qr, kr, vr, orf
+
+
+def backward_with(nb, cfg: dict, q, k, v, o, lse, do, causal: bool):
+    """A call of the notebook's backward with ``cfg`` as its GPU tiles (BWD_CONFIG["cuda"]), put back after."""
+    def run():
+        saved = nb.BWD_CONFIG["cuda"]
+        nb.BWD_CONFIG["cuda"] = cfg
+        try:
+            return nb.attention_backward(q, k, v, o, lse, do, causal)
+        finally:
+            nb.BWD_CONFIG["cuda"] = saved
+    return run
+
+
 def part_short(nb, repeats: int) -> None:
     import torch
     import triton
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     do_bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
     base = dict(nb.BWD_CONFIG["cuda"])
@@ -96,12 +121,7 @@ def part_short(nb, repeats: int) -> None:
                 "dkdv64x128w8s2": {**base, "dkdv": (64, 128, 8, 2)}}
     for S in (1024, 2048):
         for causal in (False, True):
-            torch.manual_seed(0)
-            q, k, v, do = (torch.randn(B, H, S, 64, device="cuda", dtype=torch.float16) for _ in range(4))
-            o, lse = nb.attention_forward(q, k, v, causal)
-            qr, kr, vr = (t.detach().requires_grad_() for t in (q, k, v))
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                orf = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
+            q, k, v, do, o, lse, qr, kr, vr, orf = backward_inputs(nb, S, causal)
             ref = torch.autograd.grad(orf, (qr, kr, vr), do, retain_graph=True)
             fa2_autograd = lambda: torch.autograd.grad(orf, (qr, kr, vr), do, retain_graph=True)  # noqa: E731
             out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)
@@ -110,13 +130,7 @@ def part_short(nb, repeats: int) -> None:
                 do, q, k, v, fo, flse, cq, ck, mq, mk, 0.0, causal, seed, off)
             providers = {"fa2_autograd": fa2_autograd, "fa2_op": fa2_op}
             for name, cfg in variants.items():
-                def run(cfg=cfg):
-                    saved = nb.BWD_CONFIG["cuda"]
-                    nb.BWD_CONFIG["cuda"] = cfg
-                    try:
-                        return nb.attention_backward(q, k, v, o, lse, do, causal)
-                    finally:
-                        nb.BWD_CONFIG["cuda"] = saved
+                run = backward_with(nb, cfg, q, k, v, o, lse, do, causal)
                 got = run()
                 err = max((g.float() - r.float()).abs().max().item() / r.float().abs().max().item()
                           for g, r in zip(got, ref))
@@ -233,7 +247,6 @@ def part_long(nb, repeats: int) -> None:
     """head_dim 64 at seq_len 4096 and 16384: the notebook's tiles against 64 x 64 dQ (and dK/dV) tiles and FA2."""
     import torch
     import triton
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     do_bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
     base = dict(nb.BWD_CONFIG["cuda"])
@@ -242,21 +255,10 @@ def part_long(nb, repeats: int) -> None:
                 "both64": {**base, "dkdv": (64, 64, 4, 2), "dq": (64, 64, 4, 2)}}
     for S in (4096, 16384):
         for causal in (False, True):
-            torch.manual_seed(0)
-            q, k, v, do = (torch.randn(B, H, S, 64, device="cuda", dtype=torch.float16) for _ in range(4))
-            o, lse = nb.attention_forward(q, k, v, causal)
-            qr, kr, vr = (t.detach().requires_grad_() for t in (q, k, v))
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                orf = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
+            q, k, v, do, o, lse, qr, kr, vr, orf = backward_inputs(nb, S, causal)
             providers = {"fa2": lambda: torch.autograd.grad(orf, (qr, kr, vr), do, retain_graph=True)}
             for name, cfg in variants.items():
-                def run(cfg=cfg):
-                    saved = nb.BWD_CONFIG["cuda"]
-                    nb.BWD_CONFIG["cuda"] = cfg
-                    try:
-                        return nb.attention_backward(q, k, v, o, lse, do, causal)
-                    finally:
-                        nb.BWD_CONFIG["cuda"] = saved
+                run = backward_with(nb, cfg, q, k, v, o, lse, do, causal)
                 providers[name] = run
             t = interleaved(providers, repeats, do_bench)
             flops = 10 * B * H * S * S * 64 / (2 if causal else 1)
