@@ -83,6 +83,7 @@ def stats(compiled) -> str:
 def backward_inputs(nb, S: int, causal: bool):
     """head_dim-64 fp16 inputs of B x H heads at seq_len S (seed 0), the notebook's forward (o, lse), and SDPA's
     FlashAttention-2 forward on leaf copies (qr, kr, vr -> orf) whose autograd graph gives FA2's backward."""
+    import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     torch.manual_seed(0)
