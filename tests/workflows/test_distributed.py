@@ -57,7 +57,7 @@ def test_the_hubs_backup_and_restore_bring_a_postgresql_gradebook_back(postgres,
     """hub/tritonhub.py backup dumps the PostgreSQL gradebook that the course's nbgrader_config.py names (read as the
     instructor reads it, TRITONCOURSE_DB_URL unset) in pg_dump's custom format; restore loads it with pg_restore into
     an empty database only: refused while the hub runs and into a database that holds tables (nothing changed
-    there), then the backup's rows in a new empty one. The password is never in pg_dump's, pg_restore's or psql's
+    there), then the backup's rows in a new empty one, and a dump cut short leaves another empty. The password is never in pg_dump's, pg_restore's or psql's
     arguments (any local user, a learner on the hub, reads those with ps), nor in what backup and restore print."""
     import psycopg
 
@@ -119,6 +119,18 @@ def test_the_hubs_backup_and_restore_bring_a_postgresql_gradebook_back(postgres,
     assert not [a for a in argvs if postgres.password in " ".join(map(str, a))], argvs
     printed = capsys.readouterr()
     assert "hub_restored" in printed.out and postgres.password not in printed.out + printed.err
+    # a dump cut short (a disk that filled during the backup): pg_restore fails, and the database stays empty (one
+    # transaction: without --single-transaction the table stayed, seen 2026-11-28)
+    dump = out / "gradebook.pgdump"
+    dump.write_bytes(dump.read_bytes()[:-12])  # its data cut: the table is made, then the data fail
+    third = postgres.create_database("hub_cut_short")
+    (course / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.db_url = {third!r}\n")
+    with pytest.raises(SystemExit, match="failed, nothing restored") as failed:
+        tritonhub_backup.restore(settings, out)
+    assert postgres.password not in str(failed.value)
+    with psycopg.connect(host="127.0.0.1", port=postgres.port, user=postgres.user, password=postgres.password,
+                         dbname="hub_cut_short") as con:
+        assert con.execute("select count(*) from pg_tables where schemaname = 'public'").fetchone()[0] == 0
 
 
 # ------------------------------------------------------------------------------------------ fast checks
