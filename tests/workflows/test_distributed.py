@@ -57,8 +57,9 @@ def test_the_hubs_backup_and_restore_bring_a_postgresql_gradebook_back(postgres,
     """hub/tritonhub.py backup dumps the PostgreSQL gradebook that the course's nbgrader_config.py names (read as the
     instructor reads it, TRITONCOURSE_DB_URL unset) in pg_dump's custom format; restore loads it with pg_restore into
     an empty database only: refused while the hub runs and into a database that holds tables (nothing changed
-    there), then the backup's rows in a new empty one, and a dump cut short leaves another empty. The password is never in pg_dump's, pg_restore's or psql's
-    arguments (any local user, a learner on the hub, reads those with ps), nor in what backup and restore print."""
+    there), then the backup's rows in a new empty one, and a dump cut short leaves another empty. The password is
+    never in pg_dump's, pg_restore's or psql's arguments (any local user, a learner on the hub, reads those with ps),
+    nor in what backup and restore print."""
     import psycopg
 
     sys.path.insert(0, str(ROOT / "hub"))
