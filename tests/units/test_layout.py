@@ -141,6 +141,15 @@ def test_no_test_module_over_400_lines():
     assert not long, f"test modules over {MAX_LINES} lines, split them by concern: {long}"
 
 
+def test_no_course_hub_or_tool_module_over_400_lines():
+    """Every module of the course package, the hub and the developers' tools has at most 400 lines (issue 44: "no
+    module exceeds 400 lines")."""
+    long = {str(path.relative_to(ROOT)): n for folder in ("tritoncourse", "hub", "tools")
+            for path in sorted((ROOT / folder).rglob("*.py")) if "__pycache__" not in path.parts
+            and (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines, split them by concern: {long}"
+
+
 GRADING = PACKAGE / "grading"
 # What each of grading's packages may import of the course besides itself (tritoncourse.<name>; grading.<name> for
 # grading's own packages), and what each is: the trust boundary drawn in the tree (issue 44). The judge's side never

@@ -35,7 +35,7 @@ from .course import Course
 from .database import snapshot
 from .private import PrivateCourse, Running, grade_privately, nbgrader_env, source_files
 from .refusals import report_lines
-from .results import _error_reason, merge, seeds_in_log
+from .results import _error_reason, clock, merge, seeds_in_log
 from .executors import GradingStopped, LocalExecutor
 from .tasks import RunResult, Task, prepare
 
@@ -305,7 +305,7 @@ class Grader:
                             self._print(f"[{done}/{total}] {key}: {what} ({result.seconds:.1f} s{where})"
                                         f"{'; ' if task.notes else ''}"
                                         f"{'; '.join(task.notes)} | left {left}, failures {failures + bad}, "
-                                        f"elapsed {_clock(time.monotonic() - start)}, ~{_clock(eta)} to go")
+                                        f"elapsed {clock(time.monotonic() - start)}, ~{clock(eta)} to go")
                 except (KeyboardInterrupt, GradingStopped) as err:
                     pool.stop()
                     for fut in running:
@@ -321,7 +321,7 @@ class Grader:
         wall = time.monotonic() - start
         with contextlib.suppress(FileNotFoundError):
             template.unlink()
-        self._print(f"Graded {done} notebook(s) in {_clock(wall)} ({wall / max(done, 1):.1f} s per notebook "
+        self._print(f"Graded {done} notebook(s) in {clock(wall)} ({wall / max(done, 1):.1f} s per notebook "
                     f"wall, {sum(times) / max(len(times), 1):.1f} s each, {pool.slots(busy=True)} at a time)")
         pool.report(self._print)
         return self._summary(state, pairs, done, wall)
@@ -395,9 +395,3 @@ def _on_sigterm_interrupt():
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, _interrupt)
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
-        else f"{seconds // 60}:{seconds % 60:02d}"

@@ -154,3 +154,10 @@ def merge(course: Course, task: Task, work: Path) -> dict:
             # Tests the grader itself could not judge (nbgrader_plugin's "grader-error" verdicts): not the
             # learner's fault, so retried once and reported to the instructor, never silently a 0.
             "grader_errors": sorted(gid for gid, t in tests.items() if t.get("kind") == "grader-error")}
+
+
+def clock(seconds: float) -> str:
+    """A duration as the progress line shows it: m:ss, or h:mm:ss from an hour."""
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60}:{seconds % 60:02d}"
