@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_bench import reference_module  # noqa: E402
+from gpu_bench_backward import _warm  # noqa: E402
 
 B, H = 4, 8
 
@@ -32,12 +33,11 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def warm(ms: int = 3000) -> None:
-    import torch
+def do_bench(fn) -> float:
+    """One provider's time: do_bench's median (launches included, L2 flushed between calls)."""
     import triton
 
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    triton.testing.do_bench(lambda: a @ a, warmup=ms // 2, rep=ms // 2, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def graph_ms(fn, calls: int = 20) -> float:
@@ -109,9 +109,7 @@ def backward_with(nb, cfg: dict, q, k, v, o, lse, do, causal: bool):
 
 def part_short(nb, repeats: int) -> None:
     import torch
-    import triton
 
-    do_bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
     base = dict(nb.BWD_CONFIG["cuda"])
     variants = {"nb": base,
                 "dkdv64x64w4s2": {**base, "dkdv": (64, 64, 4, 2)},
@@ -168,7 +166,6 @@ def part_forward(repeats: int) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     nb6 = reference_module("06_fused_attention")
-    do_bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
     configs = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4), (128, 64, 4, 3),
                (128, 128, 16, 2), (256, 64, 16, 3), (64, 64, 4, 3)]
     for S in (4096, 8192, 16384):
@@ -215,10 +212,8 @@ def part_forward(repeats: int) -> None:
 
 def part_block(nb, repeats: int) -> None:
     import torch
-    import triton
 
     x = torch.randn(B, 4096, 1024, device="cuda", dtype=torch.float16)
-    do_bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
     base = dict(nb.BWD_CONFIG["cuda_d128"])
     variants = {"nb": base, "dkdv64x128w8s2": {**base, "dkdv": (64, 128, 8, 2)},
                 "dq128x64w8s2": {**base, "dq": (128, 64, 8, 2)}, "dkdv64x64w4s3": {**base, "dkdv": (64, 64, 4, 3)},
@@ -247,9 +242,7 @@ def part_block(nb, repeats: int) -> None:
 def part_long(nb, repeats: int) -> None:
     """head_dim 64 at seq_len 4096 and 16384: the notebook's tiles against 64 x 64 dQ (and dK/dV) tiles and FA2."""
     import torch
-    import triton
 
-    do_bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
     base = dict(nb.BWD_CONFIG["cuda"])
     variants = {"nb": base, "dq128x32w4s3": {**base, "dq": (128, 32, 4, 3)},
                 "dq64x64w4s2": {**base, "dq": (64, 64, 4, 2)},
@@ -271,10 +264,8 @@ def part_long(nb, repeats: int) -> None:
 def part_layernorm(repeats: int) -> None:
     """Phase 6's LayerNorm kernel at 16384 columns (and fp32 4096), num_warps swept, against a copy of the bytes."""
     import torch
-    import triton
 
     nb6 = reference_module("06_fused_attention")
-    do_bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
     for dtype, n_cols in ((torch.float32, 16384), (torch.float16, 16384), (torch.float32, 4096)):
         n_rows = 2**28 // (n_cols * dtype.itemsize)  # 256 MB
         x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
@@ -363,7 +354,7 @@ def main() -> None:
     args = parser.parse_args()
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     nb = reference_module("07_attention_backward")
-    warm()
+    _warm(3000)
     import traceback
 
     for part in args.parts.split(","):
