@@ -5,7 +5,8 @@ own gradings with, instead of each grading a class of its own serially again.
 The class (:func:`build_class`) mixes ordinary learners with every kind of trouble a learner can cause; it is
 tests/workflows/test_classroom.py's class, whose parallel grading by `python -m tritoncourse grade` must give these
 grades. Learners that plain nbgrader cannot grade (a renamed notebook, an unreadable file, an empty folder) and the
-endless kernel (it only waits for time limits) are in the classroom's class only (``serial=False``).
+endless kernel (it only waits for time limits) are in the classroom's class only (``serial=False``), and so are the
+troubles confined to the notebook's own cells and metadata (see build_class).
 """
 from __future__ import annotations
 
@@ -116,10 +117,10 @@ def build_class(c: Course) -> list[Learner]:
     tests = graded_test_ids(source)
     learners: list[Learner] = []
 
-    def fixture_learner(fx_name, who=None, case=""):
+    def fixture_learner(fx_name, who=None, case="", serial=True):
         fx = _fixture(fx_name)
         lose = set() if fx.all_pass else set(fx.expect_fail)
-        learners.append(Learner(who or fx_name, case, fx.notebook(release), lose, fixture=fx))
+        learners.append(Learner(who or fx_name, case, fx.notebook(release), lose, fixture=fx, serial=serial))
         return learners[-1]
 
     learners.append(Learner("reference", "", source))
@@ -127,10 +128,15 @@ def build_class(c: Course) -> list[Learner]:
     for name in ORDINARY:
         fixture_learner(name)
 
-    # The troubles: each among the good learners above.
-    fixture_learner("wrong_syntax_error", "syntax_error_kernel", "the kernel cell has a syntax error")
+    # The troubles: each among the good learners above. Those that change only the notebook's own cells and
+    # metadata (syntax errors, deleted or edited tests and metadata, another's outputs) are graded by `course grade`
+    # only (serial=False, 2026-11-29): its private gradings are plain `nbgrader autograde` of the learner's notebook,
+    # the same steps the serial run takes, and test_each_trouble_costs_only_its_own_points checks each one's points;
+    # the serial baseline keeps what could reach the next learner in one nbgrader process (a killed or crashed
+    # kernel, megabytes of output, monkeypatching) and the learners the cluster, container and hub gradings reuse.
+    fixture_learner("wrong_syntax_error", "syntax_error_kernel", "the kernel cell has a syntax error", serial=False)
     fixture_learner("correct_broken_unrelated_cell", "syntax_error_elsewhere",
-                    "a syntax error in another cell (the kernel is right)")
+                    "a syntax error in another cell (the kernel is right)", serial=False)
     # Half the test cells deleted, the other half replaced by `pass`: both restored from the gradebook, and graded.
     restored = copy.deepcopy(source)
     for gid in tests[1::2]:
@@ -138,19 +144,19 @@ def build_class(c: Course) -> list[Learner]:
     restored.cells = [cell for cell in restored.cells
                       if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") not in tests[::2]]
     learners.append(Learner("tests_deleted_and_edited", "every other test cell deleted, the rest replaced by `pass`",
-                            restored))
+                            restored, serial=False))
     flags = copy.deepcopy(source)
     for edit in ("points raised", "test made ungraded", "test made a solution", "test unlocked",
                  "kernel cell made a 50-point test"):
         METADATA_EDITS[edit](flags)
     learners.append(Learner("metadata_flags", "test cells' metadata edited: points 100, grade off, solution on, "
-                            "unlocked; the kernel cell made a 50-point test", flags))
+                            "unlocked; the kernel cell made a 50-point test", flags, serial=False))
     idsnb = copy.deepcopy(source)
     for edit in ("grade_id renamed", "newer schema_version", "test cell duplicated", "a bonus cell added",
                  "metadata not a dict"):
         METADATA_EDITS[edit](idsnb)
     learners.append(Learner("metadata_ids", "a test's grade_id renamed, a newer schema_version, a test cell "
-                            "duplicated, a 50-point bonus cell added, metadata that is not a dict", idsnb))
+                            "duplicated, a 50-point bonus cell added, metadata that is not a dict", idsnb, serial=False))
     killer = copy.deepcopy(source)
     killer.cells.insert(ids(killer)["vector_add_kernel"] + 1,
                         new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"))
@@ -175,7 +181,7 @@ def build_class(c: Course) -> list[Learner]:
         foreign.cells[ids(foreign)[gid]].outputs = outs
         foreign.cells[ids(foreign)[gid]].execution_count = 7
     learners.append(Learner("others_outputs", "outputs of another learner's passing run (its own kernel "
-                            "forgets the mask)", foreign, set(_fixture("wrong_no_mask").expect_fail)))
+                            "forgets the mask)", foreign, set(_fixture("wrong_no_mask").expect_fail), serial=False))
     learners.append(Learner("renamed", "notebook renamed to 01_vector_add-Copy1.ipynb", source,
                             filename=f"{A}-Copy1.ipynb", serial=False))
     learners.append(Learner("not_json", "the file is not JSON", "{ this is not a notebook", serial=False,

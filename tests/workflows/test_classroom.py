@@ -182,13 +182,15 @@ def test_parallel_grades_equal_serial_grades(serial_class):
     parallel = gradebook_rows(f"sqlite:///{g.parallel.path / 'gradebook.db'}")
     serial = gradebook_rows(f"sqlite:///{g.serial.path / 'gradebook.db'}")
     compared = [k for k in serial if k in parallel]
-    assert len(compared) == len(serial) >= 16, (sorted(compared), sorted(serial))  # every serial grade compared
+    assert len(compared) == len(serial) >= 10, (sorted(compared), sorted(serial))  # every serial grade compared
     diffs = {k: (parallel[k], serial[k]) for k in compared if parallel[k] != serial[k]}
     assert not diffs, diffs
     # Only what the serial class leaves out is missing there: the renamed notebook (plain nbgrader cannot
-    # grade it), the retake of the learner whose other notebook is not JSON, and the endless kernel (minutes).
-    assert set(parallel) - set(serial) == {(A, "renamed"), (RETAKE, "not_json"), (A, "endless_kernel"),
-                                           (RETAKE, "endless_kernel")}, set(parallel) ^ set(serial)
+    # grade it), the retake of the learner whose other notebook is not JSON, the endless kernel (minutes), and the
+    # troubles graded by `course grade` only (tests/support/baseline.py's build_class: serial=False).
+    parallel_only = {(A, learner.name) for learner in g.learners if not learner.serial and not learner.precheck_error}
+    assert set(parallel) - set(serial) == parallel_only | {(RETAKE, "not_json"), (RETAKE, "endless_kernel")}, \
+        set(parallel) ^ set(serial)
     print(f"{len(compared)} grades compared; parallel run {g.parallel_seconds:.0f} s, serial {g.serial_seconds:.0f} s")
 
 

@@ -1,4 +1,4 @@
-"""Every fault at once (docs/INSTRUCTORS.md, "Grading on a cluster", Faults): five learners of the session's serial
+"""Every fault at once (docs/INSTRUCTORS.md, "Grading on a cluster", Faults): three learners of the session's serial
 baseline graded by ``python -m tritoncourse grade --scheduler`` on a Dask scheduler and workers of their own
 (separate processes, as on a cluster), through a worker killed mid-grading that never comes back, the scheduler
 killed and restarted with a new worker, and the coordinator killed and run again. Every learner must be graded
