@@ -35,7 +35,9 @@ NBGRADER_FIXTURES = {
     "03_matmul_relu": {"wrong_monkeypatch_checks"},
     "05_autotuning": {"wrong_not_autotuned"},  # patches the checks, beside a matmul left unautotuned
     "06_fused_attention": {"wrong_wrapper_calls_sdpa"},
-    "07_attention_backward": {"wrong_autograd_function_forged"},  # a notebook that redefines AttentionFunction
+    # phase 7's notebook-level cheat, an AttentionFunction redefined in the notebook with forged gradients, is its
+    # hostile learner hostile_autograd_forged_backward's (graded in test_grading's phase-7 run, every test 0):
+    # wrong_autograd_function_forged (the same redefinition beside right kernels but one) is judged in test_verdicts
 }
 
 # Phase 1's fixtures that the classroom's class grades through real nbgrader (tests/support/baseline.py's build_class:
