@@ -107,7 +107,15 @@ def state(c: Course) -> dict:
 
 
 def grade_cmd(c: Course, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "tritoncourse", "grade", "--course", str(c.path), *flags]
+    """`course grade` of ``c`` with ``flags``; on the CPU under the limits the serial baseline graded with
+    (tests/support/baseline.py), whose grades it is compared with. Without them a notebook cell had 120 s: one
+    learner's example cell (its unmasked kernel reading past its tensors, run in the notebook) once took all of them
+    in a Slurm job (2026-11-28; 7-15 s in every other grading of it), the Slurm test 149 s instead of 24-29 s."""
+    from baseline import CELL_TIMEOUT, TIMEOUT_FACTOR
+    from conftest import DEVICE
+
+    limits = ["--timeout-factor", str(TIMEOUT_FACTOR), "--cell-timeout", str(CELL_TIMEOUT)] if DEVICE == "cpu" else []
+    return [sys.executable, "-m", "tritoncourse", "grade", "--course", str(c.path), *limits, *flags]
 
 
 def descendants(pid: int) -> list[psutil.Process]:
