@@ -30,13 +30,13 @@ PICTURES = ARTIFACTS.parent / "browser-phases"
 # Phase 7's recorded plot draws only once results/gpu-results.json holds its section (attention_backward, from
 # `tools/gpu_check.py --bench --sections attention_backward` on a GPU): until then it prints that nothing is recorded.
 NOT_RECORDED: set[str] = set()
-# In the browser the phases whose pictures differ in kind (2026-11-29, for CI's time): phase 3's widget (a checkbox, a
-# dropdown and sliders: every control the course's widgets use), phase 4's roofline, phase 7's attention plots and
-# widget; phase 1's (its widget moved, Validate) and the capstone's are test_browser.py's. Phases 2 and 5 draw with
-# the same controls and plot_recorded as phases 1 and 3: what differs between them is Python (their figures and
-# widget factories), drawn headless in tests/units/test_widgets.py, every factory and recorded plot. About 15 s of
-# a 2-core CI run each. TRITONCOURSE_BROWSER_PHASES=all renders every phase.
-IN_BROWSER = ("03_matmul_relu", "04_benchmarking", "07_attention_backward")
+# In the browser (2026-11-29, for CI's time): phase 3's widget (a checkbox, a dropdown and sliders: every control the
+# course's widgets use) and recorded plot, phase 7's attention plots and widget; phase 1's (its widget moved,
+# Validate) and the capstone's are test_browser.py's. The other phases draw with the same controls, and every plot
+# reaches the page as the same kind of output (a PNG of matplotlib's): what differs between them is Python (their
+# figures, phase 4's roofline, their widget factories), drawn headless in tests/units/test_widgets.py, every factory
+# and recorded plot. About 15 s of a 2-core CI run a phase. TRITONCOURSE_BROWSER_PHASES=all renders every phase.
+IN_BROWSER = ("03_matmul_relu", "07_attention_backward")
 RENDERED_PHASES = [p for p in PHASES if p != "06_fused_attention" and p not in NOT_RECORDED
                    and (p in IN_BROWSER or os.environ.get("TRITONCOURSE_BROWSER_PHASES") == "all")]
 
