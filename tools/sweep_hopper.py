@@ -28,32 +28,10 @@ from sweep_attention import do_bench, interleaved, log, stats  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tritoncourse.hopper import _tma_tiles  # noqa: E402  (the notebook's loop over key tiles, called below)
+
 B, H = 4, 8
-
-
-@triton.jit
-def _tma_tiles(acc, l_i, m_i, q, desc_k, desc_v, row0, lo, hi, offs_m, offs_n, qk_scale,
-               BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = desc_k.load([row0 + start_n, 0])
-        s = tl.dot(q, k.T)
-        if DIAGONAL:
-            s = s * qk_scale + tl.where(offs_m[:, None] >= start_n + offs_n[None, :], 0.0, -1.0e6)
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            s = s - m_new[:, None]
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            s = s * qk_scale - m_new[:, None]
-        p = tl.math.exp2(s)
-        alpha = tl.math.exp2(m_i - m_new)
-        l_ij = tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = desc_v.load([row0 + start_n, 0])
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        l_i = l_i * alpha + l_ij
-        m_i = m_new
-    return acc, l_i, m_i
 
 
 @triton.jit
