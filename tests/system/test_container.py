@@ -112,8 +112,8 @@ def test_course_check_all_passes_in_the_cpu_image(cpu_image, tmp_path):
     notebooks holding the source's solutions; and a phase left as released fails there, so the check is real.
 
     `all` runs over the course's release/: here the first phase and the last (CHECKED_IN_IMAGE), the interpreter's
-    simplest kernel and the phase that needs the most of the image (torch.compile and a custom op, which compile C++
-    with the image's gcc). Every phase's reference passes the same checks on the host, whose packages the image's
+    simplest kernel and the phase that needs the most of the image (torch.compile's trace of a model calling a custom
+    op, and autograd through it). Every phase's reference passes the same checks on the host, whose packages the image's
     lock pins (test_learner_image_has_the_locks_pins): tests/workflows/test_grading.py's full marks, and
     tests/system/test_container_files.py's entrypoint runs two phases' notebooks. All six phases here took 62 s of a
     2-core CI run (2026-11-28)."""
