@@ -72,6 +72,17 @@ def interleaved(providers: dict, repeats: int, how) -> dict:
     return {p: statistics.median(v) for p, v in times.items() if v}
 
 
+def sdpa_with(backend, q, k, v, causal: bool = False):
+    """A provider: SDPA's forward of (q, k, v) with one backend (SDPBackend.CUDNN_ATTENTION, FLASH_ATTENTION...)."""
+    import torch
+    from torch.nn.attention import sdpa_kernel
+
+    def run():
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
 def stats(compiled) -> str:
     try:
         compiled._init_handles()
@@ -163,7 +174,7 @@ def part_short(nb, repeats: int) -> None:
 def part_forward(repeats: int) -> None:
     import torch
     import triton
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
 
     nb6 = reference_module("06_fused_attention")
     configs = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4), (128, 64, 4, 3),
@@ -196,14 +207,8 @@ def part_forward(repeats: int) -> None:
                 log(f"  fwd config {c}: {stats(compiled)}")
             providers[str(c)] = run
 
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-
-        def fa2():
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-        providers.update(cudnn=cudnn, fa2=fa2)
+        providers.update(cudnn=sdpa_with(SDPBackend.CUDNN_ATTENTION, q, k, v),
+                         fa2=sdpa_with(SDPBackend.FLASH_ATTENTION, q, k, v))
         t = interleaved(providers, repeats, do_bench)
         flops = 4 * B * H * S * S * 128
         log(f"forward d=128 non-causal S={S}: " + ", ".join(

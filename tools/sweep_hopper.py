@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_bench import reference_module  # noqa: E402
 from gpu_bench_backward import _warm  # noqa: E402
-from sweep_attention import do_bench, interleaved, log, stats  # noqa: E402
+from sweep_attention import do_bench, interleaved, log, sdpa_with, stats  # noqa: E402
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -85,7 +85,7 @@ def tma_attention(q, k, v, causal, bm, bn, warps, stages, ws, store_tma=True):
 
 def part_tma(repeats: int) -> None:
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
 
     nb6 = reference_module("06_fused_attention")
     # (BLOCK_M, BLOCK_N, warps, stages, warp_specialize, O by descriptor). Left out: four warps with
@@ -116,13 +116,9 @@ def part_tma(repeats: int) -> None:
                         log(f"  tma config d={head_dim} causal={causal} {c}: {stats(compiled)}")
                     providers[str(c)] = lambda c=c: tma_attention(q, k, v, causal, *c)
 
-                def sdpa(backend):
-                    def run():
-                        with sdpa_kernel(backend):
-                            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    return run
-                providers.update(phase6=lambda: nb6.attention(q, k, v, causal), cudnn=sdpa(SDPBackend.CUDNN_ATTENTION),
-                                 fa2=sdpa(SDPBackend.FLASH_ATTENTION))
+                providers.update(phase6=lambda: nb6.attention(q, k, v, causal),
+                                 cudnn=sdpa_with(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
+                                 fa2=sdpa_with(SDPBackend.FLASH_ATTENTION, q, k, v, causal))
                 providers["phase6"]()
                 t = interleaved(providers, repeats, do_bench)
                 flops = 4 * B * H * S * S * head_dim / (2 if causal else 1)

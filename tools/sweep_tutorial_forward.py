@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT))
-from sweep_attention import do_bench, interleaved, log  # noqa: E402
+from sweep_attention import do_bench, interleaved, log, sdpa_with  # noqa: E402
 
 B, H = 4, 8
 SEQS = (4096, 8192, 16384)
@@ -298,16 +298,10 @@ def main() -> None:
 def shape(tut, nb6, hopper, d, causal, S, args, launches, described) -> None:
     """One shape: each provider run once and checked against cuDNN's output, then timed side by side."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
 
     q, k, v = inputs(d, S)
     scale = d**-0.5
-
-    def sdpa(backend):
-        def run():
-            with sdpa_kernel(backend):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        return run
 
     providers = {"tutorial": lambda: tut.attention(q, k, v, causal, scale, False)}
     if (causal, True) in launches:
@@ -316,7 +310,8 @@ def shape(tut, nb6, hopper, d, causal, S, args, launches, described) -> None:
         providers["phase6"] = lambda: nb6.attention(q, k, v, causal)
     if hopper is not None:
         providers["hopper"] = lambda: hopper.tma_attention(q, k, v, causal)
-    providers.update(fa2=sdpa(SDPBackend.FLASH_ATTENTION), cudnn=sdpa(SDPBackend.CUDNN_ATTENTION))
+    providers.update(fa2=sdpa_with(SDPBackend.FLASH_ATTENTION, q, k, v, causal),
+                     cudnn=sdpa_with(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))
     ref = providers["cudnn"]()
     for name, fn in list(providers.items()):
         t0 = time.time()
