@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 
-from baseline import Baseline
+from baseline import CELL_TIMEOUT, TIMEOUT_FACTOR, Baseline
+from conftest import DEVICE
 from course import BIN, SUBMISSIONS, Course, Fixture, gradebook_rows
 
 A = "01_vector_add"
@@ -111,9 +112,6 @@ def grade_cmd(c: Course, *flags: str) -> list[str]:
     (tests/support/baseline.py), whose grades it is compared with. Without them a notebook cell had 120 s: one
     learner's example cell (its unmasked kernel reading past its tensors, run in the notebook) once took all of them
     in a Slurm job (2026-11-28; 7-15 s in every other grading of it), the Slurm test 149 s instead of 24-29 s."""
-    from baseline import CELL_TIMEOUT, TIMEOUT_FACTOR
-    from conftest import DEVICE
-
     limits = ["--timeout-factor", str(TIMEOUT_FACTOR), "--cell-timeout", str(CELL_TIMEOUT)] if DEVICE == "cpu" else []
     return [sys.executable, "-m", "tritoncourse", "grade", "--course", str(c.path), *limits, *flags]
 
