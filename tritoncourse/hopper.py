@@ -67,12 +67,17 @@ def tma_attention_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, seq_len, sm_sc
     tl.store(lse_ptr + pid_bh * seq_len + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453)
 
 
-def tma_attention(q, k, v, causal=False, block_n=None, stages=None, warp_specialize=True, block_m=128, warps=8):
+def tma_attention(q, k, v, causal=False, block_n=None, stages=None, warp_specialize=True, block_m=128, warps=None):
     """(O, LSE, the compiled kernel) by tma_attention_kernel: contiguous q, k, v, seq_len a multiple of block_m.
-    Default tiles, from the H200 sweep: 128 x 128 in 3 stages at head_dim 128, 128 x 64 in 4 stages at 64."""
+    Default tiles, from the H200 sweeps (docs/GPU-RUNS.md, twenty-sixth and twenty-seventh sessions): at head_dim 128,
+    128 x 64 with 4 warps in 2 stages (Triton's own tutorial's choice: 255 registers and 96 KiB, two programs an SM),
+    or with warp_specialize, which Triton 3.6 does not compile at 4 warps here, 128 x 128 with 8 warps in 3 stages;
+    at head_dim 64, 128 x 64 with 8 warps in 4 stages."""
     batch, heads, seq_len, head_dim = q.shape
-    block_n = block_n or (128 if head_dim == 128 else 64)
-    stages = stages or (3 if head_dim == 128 else 4)
+    four = head_dim == 128 and not warp_specialize
+    warps = warps or (4 if four else 8)
+    block_n = block_n or (128 if head_dim == 128 and not four else 64)
+    stages = stages or (2 if four else 3 if head_dim == 128 else 4)
     if seq_len % block_m or block_m % block_n or not all(t.is_contiguous() for t in (q, k, v)):
         raise ValueError("contiguous q, k, v, seq_len a multiple of block_m, block_m of block_n")
     o = torch.empty_like(q)
