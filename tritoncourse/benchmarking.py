@@ -90,9 +90,9 @@ def results_markdown(results: dict | None = None) -> str:
              f"{env['sm_count']} SMs, driver {env['driver']}), torch {env['torch']}, triton {env['triton']}, "
              f"CUDA {env['cuda']}, Python {env['python']}; last run {env['date']}; where: {env['where']}; "
              f"container: {env['container']}. Every figure is the median of interleaved repetitions of "
-             "`triton.testing.do_bench` medians (attention_backward's TFLOP/s: `do_bench_cudagraph`, the GPU's time "
-             "alone, with do_bench's in the columns marked so), providers timed side by side in one run; each section "
-             "says when it was measured and how many repetitions."]
+             "`triton.testing.do_bench` medians (where a section's columns include some marked \"(do_bench)\", its "
+             "other TFLOP/s are `do_bench_cudagraph`'s, the GPU's time alone: its notes say which), providers timed "
+             "side by side in one run; each section says when it was measured and how many repetitions."]
     peaks = results.get("peaks")
     if peaks:
         lines.append(f"\nRoofs of the latest benchmark run: device copy **{peaks['copy_gbps']:.0f} GB/s** "
