@@ -65,7 +65,7 @@ def _describe(address: int, extents) -> str:
     return f"{before} element{'s' if before != 1 else ''} before the start of `{name}`"
 
 
-def _check(operation: str, ptrs, mask) -> None:
+def _check(operation: str, writes: bool, ptrs, mask) -> None:
     extents = getattr(_LAUNCH, "extents", None)
     if not extents:
         return  # no tensor passed to this launch: nothing to check against
@@ -90,7 +90,7 @@ def _check(operation: str, ptrs, mask) -> None:
     raise OutOfBoundsAccess(
         f"{operation} in kernel `{_LAUNCH.kernel}` reaches memory outside every tensor passed to the launch: "
         f"the first such address lies {_describe(int(outside[0]), extents)}. "
-        f"On Triton's CPU interpreter it would {'write' if 'store' in operation or 'atomic' in operation else 'read'} "
+        f"On Triton's CPU interpreter it would {'write' if writes else 'read'} "
         f"there and could crash this notebook; on a GPU it is an illegal memory access or a silent corruption. "
         f"Likely cause: a missing or wrong mask (the last program's lanes past n), or offsets built from the wrong "
         f"program id or stride.")
@@ -125,19 +125,19 @@ def check_accesses() -> None:
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
     def create_masked_load(self, ptrs, mask, other, *args, **kwargs):
-        _check("tl.load", ptrs, mask)
+        _check("tl.load", False, ptrs, mask)
         return load(self, ptrs, mask, other, *args, **kwargs)
 
     def create_masked_store(self, ptrs, value, mask, *args, **kwargs):
-        _check("tl.store", ptrs, mask)
+        _check("tl.store", True, ptrs, mask)
         return store(self, ptrs, value, mask, *args, **kwargs)
 
     def create_atomic_rmw(self, rmw_op, ptr, val, mask, *args, **kwargs):
-        _check("an atomic (tl.atomic_add, _max, ...)", ptr, mask)
+        _check("an atomic (tl.atomic_add, _max, ...)", True, ptr, mask)
         return rmw(self, rmw_op, ptr, val, mask, *args, **kwargs)
 
     def create_atomic_cas(self, ptr, cmp, val, *args, **kwargs):
-        _check("tl.atomic_cas", ptr, None)
+        _check("tl.atomic_cas", True, ptr, None)
         return cas(self, ptr, cmp, val, *args, **kwargs)
 
     _init_args_hst._tritoncourse = True
