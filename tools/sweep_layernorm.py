@@ -4,7 +4,8 @@ options (num_warps, maxnreg: how many one-row programs an SM holds) and by varia
 contract (one program a row, the same arguments, the same stores): eviction hints on the loads, w and b loaded before
 x, and one reduction pass (sums of x - x[0] and of its square, both in one tl.reduce) instead of two.
 
-    python tools/sweep_layernorm.py [--repeats 5] [--cols 16384] [--dtype float32]
+    python tools/sweep_layernorm.py [--repeats 5] [--cols 16384] [--dtype float32] [--launches 1,2,4:128,8]
+        [--variant-launches 2,4]
 
 Prints one line a provider: GB/s (read x + write y), the ratio to the copy, registers, spills; medians of
 interleaved do_bench medians (L2 flushed between calls), the GPU warmed first.
@@ -82,6 +83,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cols", type=int, default=16384)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--launches", default="4,4:168,8,8:128,16,16:64,32:32",
+                        help="the notebook's kernel's launches: num_warps[:maxnreg], comma-separated")
+    parser.add_argument("--variant-launches", default="",
+                        help="the variants' launches (default: the sweep's fixed set for 16384 columns)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
@@ -124,15 +129,19 @@ def main() -> None:
             providers[name] = run
 
     nbk = nb6.triton_layer_norm_kernel
-    for warps, maxnreg in ((4, None), (4, 168), (8, None), (8, 128), (16, None), (16, 64), (32, 32)):
+
+    def launches(spec):
+        return tuple((int(w), int(r[0]) if r else None) for w, *r in (item.split(":") for item in spec.split(",")))
+
+    for warps, maxnreg in launches(args.launches):
         add(f"nb w{warps}" + (f" r{maxnreg}" if maxnreg else ""), nbk, {}, warps, maxnreg)
-    for flags, launches in (((1, 0, 0), ((4, None), (8, 128), (16, None), (16, 64))),
-                            ((0, 0, 1), ((4, None), (8, 128), (16, None), (16, 64))),
-                            ((0, 1, 0), ((8, 128), (16, 64))),
-                            ((1, 0, 1), ((4, None), (8, 128), (16, 64)))):
+    for flags, fixed in (((1, 0, 0), ((4, None), (8, 128), (16, None), (16, 64))),
+                         ((0, 0, 1), ((4, None), (8, 128), (16, None), (16, 64))),
+                         ((0, 1, 0), ((8, 128), (16, 64))),
+                         ((1, 0, 1), ((4, None), (8, 128), (16, 64)))):
         extra = dict(EVICT=bool(flags[0]), WB_FIRST=bool(flags[1]), ONE_REDUCE=bool(flags[2]))
         tag = "+".join(k.lower() for k, v in extra.items() if v)
-        for warps, maxnreg in launches:
+        for warps, maxnreg in (launches(args.variant_launches) if args.variant_launches else fixed):
             add(f"{tag} w{warps}" + (f" r{maxnreg}" if maxnreg else ""), ln_variant_kernel, extra, warps, maxnreg)
     t = interleaved(providers, args.repeats, do_bench)
     gbs = 2 * x.numel() * x.element_size() / 1e6
