@@ -10,7 +10,7 @@ short:   the backward at head_dim 64, seq_len 1024 and 2048 (causal and not), B 
 forward: phase 6's forward at head_dim 128, not causal, seq_len 4096-16384, tiles/warps/stages against SDPA's
          default (cuDNN), with each compiled kernel's registers, spills and shared memory.
 long:    the backward at head_dim 64, seq_len 4096 and 16384, the notebook's tiles against 64 x 64 dQ (and dK/dV).
-layernorm: phase 6's LayerNorm at 16384 columns (fp32 and fp16) and fp32 4096, num_warps 4-32, against a copy.
+(LayerNorm's launches and variants: tools/sweep_layernorm.py, --cols, --dtype, --launches.)
 launch:  where the head_dim-64 backward's CPU time goes at seq_len 1024: each launch alone, then cProfile.
 block:   the notebook's attention block, forward + backward (causal, seq 4096, embed 1024, 8 heads) on its op and on
          SDPA's default, with the backward's d128 tiles varied.
@@ -80,6 +80,43 @@ def sdpa_with(backend, q, k, v, causal: bool = False):
     def run():
         with sdpa_kernel(backend):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def forward_launcher(kernel, q, k, v, causal: bool, cfg, *, maxnreg=None, o_layout: str = "bhsd", sm_scale=None,
+                     o=None, lse=None):
+    """The launch of phase 6's attention kernel (or one with its arguments: q, k, v, O, LSE, the four tensors' 16
+    strides, heads, seq_len, sm_scale) at cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages), as the notebook's wrapper
+    launches it: grid (cdiv(seq_len, BLOCK_M), batch * heads), the arguments built once. O is allocated in
+    ``o_layout``: "bhsd" (contiguous (batch, heads, seq, dim)) or "bshd" (SDPA's layout, (batch, seq, heads, dim)
+    seen through a transpose), unless ``o`` is given; LSE (batch * heads, seq_len) fp32 likewise.
+
+    Returns run: run() launches and returns O; run.o, run.lse, run.args, run.kw; run.compiled() compiles without
+    launching (kernel.warmup) and returns the compiled kernel, for stats()."""
+    import torch
+    import triton
+
+    bm, bn, warps, stages = cfg
+    batch, heads, seq_len, head_dim = q.shape
+    if o is None:
+        shape = (batch, seq_len, heads, head_dim) if o_layout == "bshd" else (batch, heads, seq_len, head_dim)
+        if o_layout not in ("bhsd", "bshd"):
+            raise ValueError(f"o_layout {o_layout!r}: bhsd or bshd")
+        o = torch.empty(shape, device=q.device, dtype=q.dtype)
+        o = o.transpose(1, 2) if o_layout == "bshd" else o
+    if lse is None:
+        lse = torch.empty((batch * heads, seq_len), device=q.device, dtype=torch.float32)
+    args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_len,
+            head_dim ** -0.5 if sm_scale is None else sm_scale)
+    kw = dict(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages,
+              **({"maxnreg": maxnreg} if maxnreg else {}))
+    grid = (triton.cdiv(seq_len, bm), batch * heads)
+
+    def run():
+        kernel[grid](*args, **kw)
+        return o
+    run.o, run.lse, run.args, run.kw = o, lse, args, kw
+    run.compiled = lambda: kernel.warmup(*args, grid=(1,), **kw)
     return run
 
 
@@ -173,7 +210,6 @@ def part_short(nb, repeats: int) -> None:
 
 def part_forward(repeats: int) -> None:
     import torch
-    import triton
     from torch.nn.attention import SDPBackend
 
     nb6 = reference_module("06_fused_attention")
@@ -185,17 +221,11 @@ def part_forward(repeats: int) -> None:
         ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
         providers = {}
         for c in configs:
-            bm, bn, w, st = c
-            o = torch.empty_like(q)
-            lse = torch.empty((B * H, S), device="cuda", dtype=torch.float32)
-
-            def run(bm=bm, bn=bn, w=w, st=st, o=o, lse=lse):
-                return nb6.triton_attention_kernel[(triton.cdiv(S, bm), B * H)](
-                    q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, S, 128 ** -0.5,
-                    HEAD_DIM=128, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=False, num_warps=w, num_stages=st)
+            run = forward_launcher(nb6.triton_attention_kernel, q, k, v, False, c)
             try:
-                compiled = run()
+                o = run()
                 torch.cuda.synchronize()
+                compiled = run.compiled()
             except Exception as err:
                 log(f"  fwd S={S} {c}: {type(err).__name__}")
                 continue
@@ -264,32 +294,6 @@ def part_long(nb, repeats: int) -> None:
             log(f"long d=64 S={S} causal={causal}: " + ", ".join(
                 f"{p} {flops / ms / 1e9:.0f} TF/s ({t['fa2'] / ms:.2f}x FA2)" for p, ms in t.items()))
             del q, k, v, do, o, lse, orf, qr, kr, vr
-
-
-def part_layernorm(repeats: int) -> None:
-    """Phase 6's LayerNorm kernel at 16384 columns (and fp32 4096), num_warps swept, against a copy of the bytes."""
-    import torch
-
-    nb6 = reference_module("06_fused_attention")
-    for dtype, n_cols in ((torch.float32, 16384), (torch.float16, 16384), (torch.float32, 4096)):
-        n_rows = 2**28 // (n_cols * dtype.itemsize)  # 256 MB
-        x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
-        w, b = torch.randn(n_cols, device="cuda", dtype=dtype), torch.randn(n_cols, device="cuda", dtype=dtype)
-        y = torch.empty_like(x)
-        mean = torch.empty(n_rows, device="cuda", dtype=torch.float32)
-        rstd = torch.empty(n_rows, device="cuda", dtype=torch.float32)
-        providers = {"copy": lambda: y.copy_(x), "wrapper": lambda: nb6.layer_norm_launch(x, w, b)}
-        for warps in (4, 8, 16, 32):
-            def run(warps=warps):
-                return nb6.triton_layer_norm_kernel[(n_rows,)](x, y, w, b, mean, rstd, x.stride(0), y.stride(0),
-                                                               n_cols, 1e-5, BLOCK_SIZE=n_cols, num_warps=warps)
-            log(f"  layer_norm {dtype} {n_cols} warps={warps}: {stats(run())}")
-            providers[f"w{warps}"] = run
-        t = interleaved(providers, repeats, do_bench)
-        gbs = 2 * x.numel() * x.element_size() / 1e6
-        log(f"layer_norm {dtype} n_cols={n_cols}: " + ", ".join(
-            f"{p} {gbs / ms:.0f} GB/s ({t['copy'] / ms:.2f}x copy)" for p, ms in t.items()))
-        del x, y
 
 
 def part_launch(nb) -> None:
@@ -372,8 +376,6 @@ def main() -> None:
                 part_launch(nb)
             elif part == "long":
                 part_long(nb, args.repeats)
-            elif part == "layernorm":
-                part_layernorm(args.repeats)
             elif part == "block":
                 part_block(nb, max(args.repeats // 2, 5))
         except Exception:

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_bench import reference_module  # noqa: E402
 from gpu_bench_backward import _sdpa_backward, _warm, both_ways  # noqa: E402
-from sweep_attention import log, stats  # noqa: E402
+from sweep_attention import forward_launcher, log, stats  # noqa: E402
 
 B, S, E, H = 4, 4096, 1024, 8
 D = E // H
@@ -35,22 +35,14 @@ D = E // H
 def _ops(nb):
     """Two custom ops beside the notebook's: without the .contiguous() copies, and with O in SDPA's layout too."""
     import torch
-    import triton
 
     def forward(q, k, v, causal, sm_scale, bshd, copies=False):
         if copies:  # the notebook's op before the twenty-seventh session: q, k, v copied, O contiguous
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        batch, heads, seq_len, head_dim = q.shape
-        if bshd:
-            o = torch.empty(batch, seq_len, heads, head_dim, device=q.device, dtype=q.dtype).transpose(1, 2)
-        else:
-            o = torch.empty(batch, heads, seq_len, head_dim, device=q.device, dtype=q.dtype)
-        lse = torch.empty((batch * heads, seq_len), device=q.device, dtype=torch.float32)
-        bm, bn, warps = (128, 64, 8) if not (causal and head_dim == 128) else (64, 64, 4)
-        nb.triton_attention_kernel[(triton.cdiv(seq_len, bm), batch * heads)](
-            q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_len, sm_scale,
-            HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=3)
-        return o, lse
+        bm, bn, warps = (128, 64, 8) if not (causal and q.shape[-1] == 128) else (64, 64, 4)
+        run = forward_launcher(nb.triton_attention_kernel, q, k, v, causal, (bm, bn, warps, 3),
+                               o_layout="bshd" if bshd else "bhsd", sm_scale=sm_scale)
+        return run(), run.lse
 
     def make(name, bshd, copies=False):
         @torch.library.custom_op(f"sweepblock::attention_{name}", mutates_args=())
@@ -141,7 +133,6 @@ def _qkv(seed=0):
 
 def part_forward(nb, repeats):
     import torch
-    import triton
     from torch.nn.attention import SDPBackend
 
     from sweep_attention import sdpa_with
@@ -152,16 +143,12 @@ def part_forward(nb, repeats):
                  "default": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)}
     for bm, bn, warps, stages in ((64, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 4), (64, 32, 4, 3), (128, 32, 8, 3),
                                   (128, 64, 8, 2)):
-        o = torch.empty(B, S, H, D, device="cuda", dtype=torch.float16).transpose(1, 2)
-        lse = torch.empty(B * H, S, device="cuda")
-
-        def run(bm=bm, bn=bn, warps=warps, stages=stages, o=o, lse=lse):
-            return nb.triton_attention_kernel[(triton.cdiv(S, bm), B * H)](
-                q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, S, D**-0.5, HEAD_DIM=D,
-                BLOCK_M=bm, BLOCK_N=bn, CAUSAL=True, num_warps=warps, num_stages=stages)
+        run = forward_launcher(nb.triton_attention_kernel, q, k, v, True, (bm, bn, warps, stages), o_layout="bshd")
+        o = run.o
         try:
-            compiled = run()
+            run()
             torch.cuda.synchronize()
+            compiled = run.compiled()
         except Exception as err:
             log(f"  forward {bm}x{bn} w{warps} s{stages}: {type(err).__name__}: {str(err)[:160]}")
             continue
@@ -244,9 +231,8 @@ def part_stats(nb):
             f"{2048 // threads} by threads")
 
     bm, bn, warps, stages = (64, 64, 4, 3)
-    show("forward (64, 64, 4 warps, 3 stages)", nb.triton_attention_kernel[(triton.cdiv(S, bm), B * H)](
-        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, S, D**-0.5, HEAD_DIM=D, BLOCK_M=bm,
-        BLOCK_N=bn, CAUSAL=True, num_warps=warps, num_stages=stages), warps)
+    show("forward (64, 64, 4 warps, 3 stages)", forward_launcher(
+        nb.triton_attention_kernel, q, k, v, True, (bm, bn, warps, stages), o=o, lse=lse).compiled(), warps)
     bm, _, warps, _ = cfg["preprocess"]
     show(f"preprocess {cfg['preprocess']}", nb.triton_attention_bwd_preprocess_kernel[(triton.cdiv(S, bm), B * H)](
         o, do, delta, *o.stride(), *do.stride(), H, S, HEAD_DIM=D, BLOCK_M=bm, num_warps=warps), warps)

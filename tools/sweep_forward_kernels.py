@@ -6,6 +6,7 @@ old_attention_kernel: phase 6's reference forward before the twenty-seventh sess
     instead (the sweep's "nb" and "v2").
 v4_attention_kernel: a scalar base pointer and int32 offset blocks (base + (offsets + start_n * stride)).
 v2r_attention_kernel: the session's reference with causal query tiles in reverse order (the longest first).
+pp2_attention_kernel: tools/sweep_forward_pp2.py.
 tma2_kernel / tma2_runner: tritoncourse/hopper.py's TMA kernel with switches: REVERSE (causal tiles in reverse order),
     SEQ (seq_len as a constexpr, as Triton's tutorial has N_CTX), and maxnreg.
 """

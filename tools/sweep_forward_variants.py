@@ -7,7 +7,8 @@ FlashAttention-2 backends, the notebook's own autotuned forward and tritoncourse
 
 A spec item NAME:BLOCK_M,BLOCK_N,warps,stages[,maxnreg][@tag...] launches one kernel at one configuration as the
 notebook's wrapper does (grid (cdiv(S, BLOCK_M), B*H), B 4 x H 8, fp16). NAME: nb (or v2) the notebook's reference
-kernel, nbold / v4 / v2r / tma2 the kernels of tools/sweep_forward_kernels.py (its docstring says what each is).
+kernel, nbold / v4 / v2r / tma2 the kernels of tools/sweep_forward_kernels.py (its docstring says what each is), pp2
+tools/sweep_forward_pp2.py's (two query tiles a program). Every item launches through sweep_attention.forward_launcher.
 Tags: d64 / d128 keep an item to that head_dim, causal / full to that mask, rev (tma2: causal tiles in reverse
 order), const (tma2: seq_len a constexpr). --tma adds tritoncourse/hopper.py's tma_attention at (BLOCK_M, BLOCK_N,
 warps, stages); "nb" alone (unless --no-nb) is the notebook's autotuned wrapper, whose choices are printed at the end.
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_bench import reference_module  # noqa: E402
 from gpu_bench_backward import _warm  # noqa: E402
-from sweep_attention import do_bench, interleaved, log, sdpa_with, stats  # noqa: E402
+from sweep_attention import do_bench, forward_launcher, interleaved, log, sdpa_with, stats  # noqa: E402
 
 B, H = 4, 8
 
@@ -48,25 +49,6 @@ def wanted(tags: set, d: int, causal: bool) -> bool:
     if "causal" in tags and not causal or "full" in tags and causal:
         return False
     return True
-
-
-def launcher(kernel, q, k, v, causal, cfg, maxnreg):
-    import torch
-    import triton
-
-    bm, bn, w, st = cfg
-    S, d = q.shape[2], q.shape[3]
-    o = torch.empty_like(q)
-    lse = torch.empty((B * H, S), device="cuda", dtype=torch.float32)
-    extra = {"maxnreg": maxnreg} if maxnreg else {}
-    args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, S, d ** -0.5)
-    kw = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=w, num_stages=st, **extra)
-
-    def run():
-        kernel[(triton.cdiv(S, bm), B * H)](*args, **kw)
-        return o
-    run.compiled = lambda: kernel.warmup(*args, grid=(1,), **kw)
-    return run, args, kw
 
 
 def main() -> None:
@@ -92,10 +74,11 @@ def main() -> None:
     nb6 = reference_module("06_fused_attention")
     spec = parse_spec(args.spec)
     import sweep_forward_kernels as variants
+    import sweep_forward_pp2
 
     kernels = {"nb": nb6.triton_attention_kernel, "v2": nb6.triton_attention_kernel,
                "nbold": variants.old_attention_kernel, "v4": variants.v4_attention_kernel,
-               "v2r": variants.v2r_attention_kernel, "tma2": None}
+               "v2r": variants.v2r_attention_kernel, "pp2": sweep_forward_pp2.pp2_attention_kernel, "tma2": None}
     runners = {"tma2": variants.tma2_runner}
     tma = [tuple(int(x) for x in t.split(",")) for t in filter(None, args.tma.split(";"))]
     shapes = [(d, bool(int(c)), S) for d in map(int, args.head_dims.split(",")) for c in args.causal.split(",")
@@ -112,15 +95,15 @@ def main() -> None:
                         if kernels[name] is None:
                             runners[name](q, q, q, causal, cfg, mr, tags).compiled()
                         else:
-                            launcher(kernels[name], q, q, q, causal, cfg, mr)[0].compiled()
+                            forward_launcher(kernels[name], q, q, q, causal, cfg, maxnreg=mr).compiled()
                     except Exception as err:
                         log(f"  precompile {name} {cfg}: {type(err).__name__}: {str(err)[:160]}")
             if not args.no_nb:  # the notebook's autotuned configurations
                 for c in nb6.ATTENTION_CONFIGS:
-                    _, a, kw = launcher(nb6.triton_attention_kernel, q, q, q, causal, (
-                        c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages), None)
                     try:
-                        nb6.triton_attention_kernel.warmup(*a, grid=(1,), **kw)
+                        forward_launcher(nb6.triton_attention_kernel, q, q, q, causal, (
+                            c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages),
+                            maxnreg=c.maxnreg).compiled()
                     except Exception as err:
                         log(f"  precompile nb {c}: {type(err).__name__}: {str(err)[:160]}")
     log(f"precompiled in {time.time() - t0:.1f} s")
@@ -144,7 +127,7 @@ def main() -> None:
                 if kernels[name] is None:  # a module with its own launcher (descriptors)
                     providers[label] = runners[name](q, k, v, causal, cfg, mr, tags)
                 else:
-                    providers[label] = launcher(kernels[name], q, k, v, causal, cfg, mr)[0]
+                    providers[label] = forward_launcher(kernels[name], q, k, v, causal, cfg, maxnreg=mr)
         for p, fn in list(providers.items()):
             try:
                 err = (fn().float() - ref).abs().max().item()
