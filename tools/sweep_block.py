@@ -155,11 +155,16 @@ def part_forward(nb, repeats):
         err = (o.float() - ref.float()).abs().max().item()
         log(f"  forward {bm}x{bn} w{warps} s{stages}: {stats(compiled)}, max err {err:.2g}")
         providers[f"{bm}x{bn} w{warps} s{stages}"] = run
+    _report("forward", providers, repeats, flops=4 * B * H * S * S * D / 2)
+
+
+def _report(what: str, providers: dict, repeats: int, flops: float) -> None:
+    """Time ``providers`` both ways (one round discarded), then log each one's GPU time, TFLOP/s and ratio to cuDNN's,
+    and its do_bench time."""
     both_ways(providers, 1)
     graph, bench = both_ways(providers, repeats)
-    flops = 4 * B * H * S * S * D / 2
     for p in providers:
-        log(f"forward {p}: graph {graph[p] * 1e3:.0f} us ({flops / graph[p] / 1e9:.0f} TFLOP/s, "
+        log(f"{what} {p}: graph {graph[p] * 1e3:.0f} us ({flops / graph[p] / 1e9:.0f} TFLOP/s, "
             f"{graph['cudnn'] / graph[p]:.3f}x cuDNN), do_bench {bench[p] * 1e3:.0f} us")
 
 
@@ -198,12 +203,7 @@ def part_backward(nb, repeats):
         log(f"  backward {name} {cfg}: relative err {err:.2g}")
         if err < 2e-2:
             providers[name] = run
-    both_ways(providers, 1)
-    graph, bench = both_ways(providers, repeats)
-    flops = 10 * B * H * S * S * D / 2
-    for p in providers:
-        log(f"backward {p}: graph {graph[p] * 1e3:.0f} us ({flops / graph[p] / 1e9:.0f} TFLOP/s, "
-            f"{graph['cudnn'] / graph[p]:.3f}x cuDNN), do_bench {bench[p] * 1e3:.0f} us")
+    _report("backward", providers, repeats, flops=10 * B * H * S * S * D / 2)
     nb.BWD_CONFIG["cuda_d128"] = base
 
 
