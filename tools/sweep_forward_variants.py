@@ -1,13 +1,13 @@
 """Developers only, on a GPU: phase 6's forward written other ways (issue 43), side by side with SDPA's cuDNN and
 FlashAttention-2 backends, the notebook's own autotuned forward and tritoncourse/hopper.py's TMA kernel.
 
-    python tools/sweep_forward_variants.py [--spec 'nb:128,64,8,3;v4:64,64,4,3,128@d64@causal;tma2:128,64,4,2@rev']
+    python tools/sweep_forward_variants.py [--spec 'nb:128,64,8,3;nbold:64,64,4,3,128@d64@causal;tma2:128,64,4,2@rev']
         [--tma '128,64,4,2;128,128,8,3'] [--head-dims 128,64] [--seqs 4096,8192,16384] [--causal 0,1] [--repeats 3]
         [--no-nb]
 
 A spec item NAME:BLOCK_M,BLOCK_N,warps,stages[,maxnreg][@tag...] launches one kernel at one configuration as the
 notebook's wrapper does (grid (cdiv(S, BLOCK_M), B*H), B 4 x H 8, fp16). NAME: nb (or v2) the notebook's reference
-kernel, nbold / v4 / v2r / tma2 the kernels of tools/sweep_forward_kernels.py (its docstring says what each is), pp2
+kernel, nbold / tma2 the kernels of tools/sweep_forward_kernels.py (its docstring says what each is), pp2
 tools/sweep_forward_pp2.py's (two query tiles a program). Every item launches through sweep_attention.forward_launcher.
 Tags: d64 / d128 keep an item to that head_dim, causal / full to that mask, rev (tma2: causal tiles in reverse
 order), const (tma2: seq_len a constexpr). --tma adds tritoncourse/hopper.py's tma_attention at (BLOCK_M, BLOCK_N,
@@ -77,8 +77,7 @@ def main() -> None:
     import sweep_forward_pp2
 
     kernels = {"nb": nb6.triton_attention_kernel, "v2": nb6.triton_attention_kernel,
-               "nbold": variants.old_attention_kernel, "v4": variants.v4_attention_kernel,
-               "v2r": variants.v2r_attention_kernel, "pp2": sweep_forward_pp2.pp2_attention_kernel, "tma2": None}
+               "nbold": variants.old_attention_kernel, "pp2": sweep_forward_pp2.pp2_attention_kernel, "tma2": None}
     runners = {"tma2": variants.tma2_runner}
     tma = [tuple(int(x) for x in t.split(",")) for t in filter(None, args.tma.split(";"))]
     shapes = [(d, bool(int(c)), S) for d in map(int, args.head_dims.split(",")) for c in args.causal.split(",")

@@ -2,9 +2,9 @@
 registers, spill stores and shared memory that ptxas reports for each configuration: what occupancy a tile allows,
 before any device time is spent (issue 43, twenty-seventh session).
 
-    python tools/sweep_registers.py [--kernels nb,nbold,v4] [--head-dims 128,64] [--configs '128,64,4,2;64,64,4,3,128']
+    python tools/sweep_registers.py [--kernels nb,nbold,pp2] [--head-dims 128,64] [--configs '128,64,4,2;64,64,4,3,128']
 
-nb is the source notebook's attention_kernel cell as it stands; nbold, v4, v2r, pp2 are tools/sweep_forward_kernels.py's.
+nb is the source notebook's attention_kernel cell as it stands; nbold is tools/sweep_forward_kernels.py's, pp2 tools/sweep_forward_pp2.py's.
 A configuration is BLOCK_M,BLOCK_N,warps,stages[,maxnreg]. Triton compiles with the target given (no driver needed)
 and the ptxas its wheel ships. Strides of one and divisible by 16 are specialised as a launch on contiguous fp16
 tensors would be. On 2026-11-29 the registers matched the H200's kernel.n_regs for every kernel measured both ways
@@ -88,7 +88,6 @@ def main() -> None:
     import sweep_forward_pp2
 
     kernels = {"nb": notebook_kernel, "nbold": lambda: variants.old_attention_kernel,
-               "v4": lambda: variants.v4_attention_kernel, "v2r": lambda: variants.v2r_attention_kernel,
                "pp2": lambda: sweep_forward_pp2.pp2_attention_kernel}
     configs = [tuple(int(x) for x in c.split(",")) for c in args.configs.split(";") if c]
     for name in args.kernels.split(","):
