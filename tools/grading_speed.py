@@ -167,10 +167,13 @@ def markdown(r: dict) -> str:
                      f"{row['jobs1'] / row['jobsN']:.2f}× | {row['jobsN'] / row['learners']:.1f} s |")
     if g.get("plain"):
         p = g["plain"]
+        same = next((row for row in g["rows"] if row["learners"] == p["notebooks"]), None)
+        cost = (f" ({(same['jobs1'] - p['wall']) / p['notebooks']:+.1f} s a notebook at `--jobs 1` here)"
+                if same else "")
         lines += ["", f"Plain `nbgrader autograde {g['assignment']}` (one process, serial, no retries and no "
                   f"resumption) graded the same {p['notebooks']} notebooks in {p['wall']:.0f} s "
-                  f"({p['wall'] / p['notebooks']:.1f} s each): `grade` starts one nbgrader per notebook, which "
-                  "costs a few seconds each, and buys isolation, retries and restarts."]
+                  f"({p['wall'] / p['notebooks']:.1f} s each): `grade` starts one nbgrader per notebook{cost}, "
+                  "which buys isolation, retries and restarts."]
     return "\n".join(lines)
 
 
