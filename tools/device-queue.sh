@@ -13,7 +13,7 @@
 # SOAK_OFFSET=0, 170, 340: about 310 s each on an H200 machine's 16 cores, 2026-11-26). FIXTURES overrides the fixtures graded, SHARDS (3) the
 # course copies a phase is split over; TRITONCOURSE_GRADING_STANDARD=0 leaves out the six standard learners.
 # g07 also runs tests/workflows/test_hostile_phases.py (phase 7's hostile learners, graded in g07's own run: FIXTURES must
-# name `hostile` too, or be unset); ut: tests/units -k UNITS_K (attention_backward) on the GPU.
+# name `hostile` too, or be unset: the default list names it and phase 7's stray store, wrong_dq_store_unmasked); ut: tests/units -k UNITS_K (attention_backward) on the GPU.
 # v07a..v07h: phase 7's fixtures through test_verdicts in V07_SPLIT (4) parts, run side by side (about 65 s a fixture
 # under compute-sanitizer on an H200: one suite cannot hold them all); py: the command in
 # PY_CMD (a scratch measurement), its output in logs/py.log.
@@ -33,7 +33,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c "import torch, triton, nbgrader, numpy, distributed; print('torch', torch.__version__, 'triton', triton.__version__, 'nbgrader', nbgrader.__version__, 'numpy', numpy.__version__, 'dask', distributed.__version__, 'python', __import__('sys').version.split()[0])" 2>&1 | tee -a $L/batch.log
 export TRITONCOURSE_GRADING_FLAGS="--IsolatedKernelTests.timeout_factor=1.0 --ResilientExecute.timeout=90 --IsolatedKernelTests.workers=2"
 export TRITONCOURSE_GRADING_SHARDS=${SHARDS:-3}
-export TRITONCOURSE_GRADING_FIXTURES=${FIXTURES:-wrong_unmasked_load_where,wrong_online_not_rescaled,wrong_k_tail_unmasked,wrong_fp16_accumulator,wrong_kernel_unmasked_loads,wrong_reads_fake_timer,wrong_programs_per_sm_true_division,wrong_shared_memory_over_227kb,wrong_unmasked_key_load}
+export TRITONCOURSE_GRADING_FIXTURES=${FIXTURES:-wrong_unmasked_load_where,wrong_online_not_rescaled,wrong_k_tail_unmasked,wrong_fp16_accumulator,wrong_kernel_unmasked_loads,wrong_reads_fake_timer,wrong_programs_per_sm_true_division,wrong_shared_memory_over_227kb,wrong_unmasked_key_load,wrong_dq_store_unmasked,hostile}
 declare -A PH=([g01]=01_vector_add [g02]=02_softmax [g03]=03_matmul_relu [g04]=04_benchmarking [g05]=05_autotuning [g06]=06_fused_attention [g07]=07_attention_backward)
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 start() {

@@ -3,12 +3,15 @@ specialization), the launch path's cost per argument, and LayerNorm variants. Pr
 nothing is recorded.
 
     python tools/sweep_hopper.py [--parts tma,args,layernorm] [--repeats 5]
+        [--configs 'BLOCK_M,BLOCK_N,warps,stages,ws,store_tma;...'] [--head-dims 128,64] [--seqs 4096,8192,16384]
+        [--causal 0,1]
 
 tma:       a TMA forward (host tensor descriptors over the (batch·heads·seq_len, head_dim) view, the loop over key
            tiles a tl.range that may be warp-specialized), tiles x warps x stages x warp_specialize, against SDPA's
            cuDNN and FlashAttention-2 and phase 6's kernel, d 64 and 128, causal and not, seq_len 4096-16384. The
            kernel is tritoncourse/hopper.py's (phase 6's optional section) with O's store selectable: descriptor or
-           pointers.
+           pointers. --configs replaces the default tiles (ws and store_tma 0 or 1); each tile's line at seq_len 4096
+           says whether its TTGIR holds ttg.warp_specialize (the loop split into warp groups) and its PTX setmaxnreg.
 args:      the CPU time of one Triton launch against its number of arguments (an empty kernel).
 layernorm: phase 6's LayerNorm kernel at 16384 fp32 columns against a persistent variant whose loop over rows is
            pipelined (tl.range num_stages), each against a copy of the bytes.
@@ -83,20 +86,27 @@ def tma_attention(q, k, v, causal, bm, bn, warps, stages, ws, store_tma=True):
     return o, lse, compiled
 
 
-def part_tma(repeats: int) -> None:
+def split_stats(compiled) -> str:
+    asm = getattr(compiled, "asm", {})
+    return (f"ttg.warp_specialize in TTGIR: {'ttg.warp_specialize' in asm.get('ttgir', '')}, "
+            f"setmaxnreg in PTX: {'setmaxnreg' in asm.get('ptx', '')}")
+
+
+def part_tma(repeats: int, configs=None, head_dims=(128, 64), seqs=(4096, 8192, 16384), causals=(False, True)) -> None:
     import torch
     from torch.nn.attention import SDPBackend
 
     nb6 = reference_module("06_fused_attention")
     # (BLOCK_M, BLOCK_N, warps, stages, warp_specialize, O by descriptor). Left out: four warps with
     # warp_specialize, which Triton 3.6's Hopper pass failed to compile with the descriptor store, and with a plain
-    # store (128, 64, 4, 2) ran past six minutes without an end (docs/GPU-RUNS.md, twenty-sixth session).
+    # store (128, 64, 4, 2) ran past six minutes without an end (docs/GPU-RUNS.md, twenty-sixth session); Triton 3.7.1's
+    # fails on both stores at once in its NVGPUWarpSpecialization pass (twenty-ninth session).
     configs = [(128, 64, 8, 3, False, True), (128, 64, 8, 3, True, True), (128, 128, 8, 2, False, True),
                (128, 128, 8, 2, True, True), (128, 64, 8, 4, True, True), (128, 128, 8, 3, True, True),
-               (64, 64, 4, 3, False, True)]
-    for head_dim in (128, 64):
-        for causal in (False, True):
-            for S in (4096, 8192, 16384):
+               (64, 64, 4, 3, False, True)] if configs is None else configs
+    for head_dim in head_dims:
+        for causal in causals:
+            for S in seqs:
                 torch.manual_seed(0)
                 q, k, v = (torch.randn(B, H, S, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
                 ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -112,8 +122,8 @@ def part_tma(repeats: int) -> None:
                     if err > 2e-2:
                         log(f"  tma d={head_dim} causal={causal} S={S} {c}: WRONG ({err:.3g})")
                         continue
-                    if S == 4096:
-                        log(f"  tma config d={head_dim} causal={causal} {c}: {stats(compiled)}")
+                    if S == seqs[0]:
+                        log(f"  tma config d={head_dim} causal={causal} {c}: {stats(compiled)}, {split_stats(compiled)}")
                     providers[str(c)] = lambda c=c: tma_attention(q, k, v, causal, *c)
 
                 providers.update(phase6=lambda: nb6.attention(q, k, v, causal),
@@ -224,12 +234,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--parts", default="tma,args,layernorm")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--configs", default="")
+    parser.add_argument("--head-dims", default="128,64")
+    parser.add_argument("--seqs", default="4096,8192,16384")
+    parser.add_argument("--causal", default="0,1")
     args = parser.parse_args()
+    configs = [tuple(int(x) for x in c.split(",")) for c in args.configs.split(";") if c.strip()] or None
+    configs = configs and [(bm, bn, w, st, bool(ws), bool(tma)) for bm, bn, w, st, ws, tma in configs]
+    tma_args = dict(configs=configs, head_dims=tuple(map(int, args.head_dims.split(","))),
+                    seqs=tuple(map(int, args.seqs.split(","))), causals=tuple(bool(int(c)) for c in args.causal.split(",")))
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     _warm(3000)
     for part in args.parts.split(","):
         try:
-            {"tma": lambda: part_tma(args.repeats), "args": part_args,
+            {"tma": lambda: part_tma(args.repeats, **tma_args), "args": part_args,
              "layernorm": lambda: part_layernorm(args.repeats)}[part]()
         except Exception:
             traceback.print_exc()
