@@ -134,3 +134,11 @@ TRAINING_LOSS_TF32 = Tolerance(1e-4, 1e-4, "as TRAINING_LOSS on a GPU, where fp3
                                            "and the backward: the notebook's kernels' losses came within 3.0e-5 "
                                            "relative of SDPA's (H200, 2026-11-28, 16 cases of three steps), so a wrong "
                                            "gradient is told by the gradients the check compares at each step")
+# torch.autograd.gradcheck of the whole op on the interpreter (checks.attention_backward.gradcheck): fast mode compares
+# v·J·u of the backward with central differences of the forward along fixed random u, v (uniform, normalised); its
+# atol is per Jacobian entry (gradcheck scales it by sum(u)·sum(v)).
+GRADCHECK_EPS = 1e-2  # the finite-difference step: fp32 rounding of O costs ~1/eps, truncation ~eps**2
+GRADCHECK = Tolerance(1e-7, 0.0, "fp32 inputs, step 1e-2, on the interpreter: the notebook's kernels needed at most "
+                                 "1.7e-8 (24 cases: seeds, causal or not, dQ both ways; 2.6e-7 at a step of 1e-3); a "
+                                 "backward without D needed 6.2e-6 or more (through dK), dQ without sm_scale 1.1e-4 "
+                                 "(2026-11-29)")

@@ -330,3 +330,22 @@ def test_attention_diagnosis(judged, mistake, visible_says, hidden_says):
     assert visible_says in visible, visible
     assert hidden_says in hidden, hidden
     _absent(hidden, 209, 128, 16, 32)
+
+
+def test_attention_gradcheck(judged, tmp_path):
+    """Phase 7's gradcheck of a backward without D: the gradient named, its finite-difference numbers and the case's
+    sizes and seed on a visible case only."""
+    from attention_backward_cases import kernels_module
+    from tritoncourse.checks.attention_backward import check_attention_gradcheck
+
+    module = kernels_module(tmp_path, [("ds = p * (dp - delta[:, None])", "ds = p * dp"),
+                                       ("ds_t = p_t * (dp_t - delta[None, :])", "ds_t = p_t * dp_t")])
+    kernels = (module.triton_attention_kernel, module.triton_attention_bwd_preprocess_kernel,
+               module.triton_attention_bwd_dkdv_kernel, module.triton_attention_bwd_dq_kernel)
+    visible, hidden = judged(lambda: check_attention_gradcheck(*kernels, seq_len=23, head_dim=32, causal=True,
+                                                               seed=SEED))
+    assert "seq_len=23" in visible and "finite differences of your forward give" in visible, visible
+    assert re.search(r"gradcheck failed \(a hidden case: gradcheck, causal, dQ by kernel\): d[QK] is not the "
+                     r"derivative", hidden), hidden
+    assert "finite differences of your forward give" not in hidden, hidden
+    _absent(hidden, 23, 32, SEED)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ...checking import OUTPUT_SENTINEL, fenced_copy, generator
+from ...checking import OUTPUT_SENTINEL, KernelCheckError, fenced_copy, generator
 from ...tolerances import ATTENTION_BACKWARD, ATTENTION_BACKWARD_TF32, ROUNDOFF, TF32_ROUNDOFF
 from ..common.strided import (LAYOUT_WORDS, LAYOUTS, UNWRITTEN, Placed, layout_strides, place, place_inputs,
                              place_output)
@@ -171,6 +171,42 @@ def fenced_rows(t: torch.Tensor, device: str):
     return flat.view(rows.shape), keep
 
 
+
+# ---- the whole-op checks' buffers (training.py, gradcheck.py): inputs and outputs followed by NaN rows
+GUARD_ROWS = 256  # NaN rows after every tensor a whole-op launch reads or writes: more than a tile of any wrapper's
+
+
+def guarded(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its strides, followed in memory by NaN: a kernel's unmasked read of rows past the end gets
+    NaN every time (deterministically wrong), not whatever the allocator left there."""
+    if 0 in t.stride():  # a broadcast dO (the gradient of a sum): its own copy, then guarded
+        t = t.contiguous()
+    span = _span(t)
+    # rows past the end are a row stride apart (a transposed view's is heads x head_dim): GUARD_ROWS of them, so that an
+    # unmasked read past the last row reads NaN here, not past the allocation (compute-sanitizer's report on a GPU)
+    row = max(abs(t.stride(-2)) if t.dim() > 1 else 1, t.shape[-1])
+    flat = torch.full((span + GUARD_ROWS * row,), float("nan"), dtype=t.dtype, device=t.device)
+    view = flat.as_strided(t.shape, t.stride(), 0)
+    view.copy_(t.detach())
+    return view
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from ``t``'s first to one past its last (its strides followed)."""
+    return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)
+
+
+def check_guard(out: torch.Tensor, name: str, kernel: str, context) -> None:
+    """A :func:`guarded` output's guard still NaN after ``kernel`` stored it: a store past its last row landed there
+    (on the CPU, without the guard, it corrupts the process's memory and fails later, or not at all)."""
+    guard = out._base[_span(out):]
+    if not bool(torch.isnan(guard).all()):
+        raise KernelCheckError(
+            f"`{kernel}` wrote past the end of {name} ({context}): rows at or after seq_len were stored.\nLikely "
+            f"cause: a tl.store without its mask; mask it with rows < seq_len (keys < seq_len for dK and dV).")
+
+
 __all__ = ["UNWRITTEN", "NAMES", "PRESETS", "DATA", "MIN_BLOCK", "LOG2E", "LAYOUT_WORDS", "layouts_of", "layout_words",
            "make_inputs", "causal_mask", "scores", "backward_ref", "gradient_tolerance", "max_score", "place_rows",
-           "place_tensors", "place_outputs", "place_zeroed", "fenced_tensor", "fenced_rows"]
+           "place_tensors", "place_outputs", "place_zeroed", "fenced_tensor", "fenced_rows", "GUARD_ROWS", "guarded",
+           "check_guard"]

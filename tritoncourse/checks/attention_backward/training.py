@@ -26,7 +26,7 @@ from ...checking import Case, KernelCheckError, compare, fresh_seed, generator, 
 from ...device import infer_device
 from ...tolerances import TRAINING_LOSS, TRAINING_LOSS_TF32
 from ..common.launch import launch, require_triton_kernel
-from .inputs import backward_ref, gradient_tolerance, max_score
+from .inputs import backward_ref, check_guard, gradient_tolerance, guarded, max_score
 from .kernels import DKDV, DQ, PREPROCESS, SIGNATURES
 
 FORWARD = "triton_attention_kernel"
@@ -56,24 +56,6 @@ class Kernels:
                context=str(self.context), device=infer_device())
 
 
-GUARD_ROWS = 256  # NaN rows after every input a launch reads: more than a tile of any wrapper's
-
-
-def guarded(t: torch.Tensor) -> torch.Tensor:
-    """A copy of ``t`` with its strides, followed in memory by NaN: a kernel's unmasked read of rows past the end gets
-    NaN every time (deterministically wrong), not whatever the allocator left there."""
-    if 0 in t.stride():  # a broadcast dO (the gradient of a sum): its own copy, then guarded
-        t = t.contiguous()
-    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)
-    # rows past the end are a row stride apart (a transposed view's is heads x head_dim): GUARD_ROWS of them, so that an
-    # unmasked read past the last row reads NaN here, not past the allocation (compute-sanitizer's report on a GPU)
-    row = max(abs(t.stride(-2)) if t.dim() > 1 else 1, t.shape[-1])
-    flat = torch.full((span + GUARD_ROWS * row,), float("nan"), dtype=t.dtype, device=t.device)
-    view = flat.as_strided(t.shape, t.stride(), 0)
-    view.copy_(t.detach())
-    return view
-
-
 def attention_forward(kern: Kernels, q, k, v, causal: bool, sm_scale: float):
     """(O, LSE) by the forward kernel; LSE (batch * heads, seq_len) fp32. Q, K, V go to the kernel as
     :func:`guarded` copies."""
@@ -100,19 +82,23 @@ def attention_backward(kern: Kernels, q, k, v, o, lse, do, causal: bool, sm_scal
     kern._launch(kern.preprocess, PREPROCESS, (triton.cdiv(seq_len, bm), bh),
                  (o, do, delta, *o.stride(), *do.stride(), heads, seq_len), {"HEAD_DIM": head_dim, "BLOCK_M": bm})
     atomic = kern.dq_mode == "atomic"
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else torch.empty_like(q)
+    # the outputs guarded too: a store past the last row is named (check_guard), not left to corrupt memory
+    dk, dv = guarded(torch.empty_like(k)), guarded(torch.empty_like(v))
+    dq = guarded(torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else torch.empty_like(q))
     bm, bn = tiles["dkdv"]
     kern._launch(kern.dkdv, DKDV, (triton.cdiv(seq_len, bn), bh),
                  (q, k, v, do, lse, delta, dk, dv, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
                   *dk.stride(), *dv.stride(), *dq.stride(), heads, seq_len, sm_scale),
                  {"HEAD_DIM": head_dim, "BLOCK_M": bm, "BLOCK_N": bn, "CAUSAL": causal, "ATOMIC_DQ": atomic})
+    for out, name in ((dk, "dK"), (dv, "dV")) + (((dq, "dQ"),) if atomic else ()):
+        check_guard(out, name, DKDV, kern.context)
     if atomic:
         return dq.to(q.dtype), dk, dv
     bm, bn = tiles["dq"]
     kern._launch(kern.dq, DQ, (triton.cdiv(seq_len, bm), bh),
                  (q, k, v, do, lse, delta, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
                   heads, seq_len, sm_scale), {"HEAD_DIM": head_dim, "BLOCK_M": bm, "BLOCK_N": bn, "CAUSAL": causal})
+    check_guard(dq, "dQ", DQ, kern.context)
     return dq, dk, dv
 
 
