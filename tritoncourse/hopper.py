@@ -71,7 +71,8 @@ def tma_attention(q, k, v, causal=False, block_n=None, stages=None, warp_special
     """(O, LSE, the compiled kernel) by tma_attention_kernel: contiguous q, k, v, seq_len a multiple of block_m.
     Default tiles, from the H200 sweeps (docs/GPU-RUNS.md, twenty-sixth and twenty-seventh sessions): at head_dim 128,
     128 x 64 with 4 warps in 2 stages (Triton's own tutorial's choice: 255 registers and 96 KiB, two programs an SM),
-    or with warp_specialize, which Triton 3.6 does not compile at 4 warps here, 128 x 128 with 8 warps in 3 stages;
+    or with warp_specialize, which Triton 3.6 (nor 3.7.1, twenty-ninth session) does not compile at 4 warps here,
+    128 x 128 with 8 warps in 3 stages;
     at head_dim 64, 128 x 64 with 8 warps in 4 stages."""
     batch, heads, seq_len, head_dim = q.shape
     four = head_dim == 128 and not warp_specialize
