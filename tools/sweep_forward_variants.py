@@ -8,7 +8,8 @@ FlashAttention-2 backends, the notebook's own autotuned forward and tritoncourse
 A spec item NAME:BLOCK_M,BLOCK_N,warps,stages[,maxnreg][@tag...] launches one kernel at one configuration as the
 notebook's wrapper does (grid (cdiv(S, BLOCK_M), B*H), B 4 x H 8, fp16). NAME: nb (or v2) the notebook's reference
 kernel, nbold / tma2 the kernels of tools/sweep_forward_kernels.py (its docstring says what each is), pp2
-tools/sweep_forward_pp2.py's (two query tiles a program). Every item launches through sweep_attention.forward_launcher.
+tools/sweep_forward_pp2.py's (two query tiles a program), ws1 tools/sweep_forward_ws.py's (one key loop, which Triton
+splits into warp groups at BLOCK_M 64 with 4 warps: tag ws turns warp_specialize on). Every item launches through sweep_attention.forward_launcher.
 Tags: d64 / d128 keep an item to that head_dim, causal / full to that mask, rev (tma2: causal tiles in reverse
 order), const (tma2: seq_len a constexpr). --tma adds tritoncourse/hopper.py's tma_attention at (BLOCK_M, BLOCK_N,
 warps, stages); "nb" alone (unless --no-nb) is the notebook's autotuned wrapper, whose choices are printed at the end.
@@ -75,10 +76,12 @@ def main() -> None:
     spec = parse_spec(args.spec)
     import sweep_forward_kernels as variants
     import sweep_forward_pp2
+    import sweep_forward_ws
 
     kernels = {"nb": nb6.triton_attention_kernel, "v2": nb6.triton_attention_kernel,
-               "nbold": variants.old_attention_kernel, "pp2": sweep_forward_pp2.pp2_attention_kernel, "tma2": None}
-    runners = {"tma2": variants.tma2_runner}
+               "nbold": variants.old_attention_kernel, "pp2": sweep_forward_pp2.pp2_attention_kernel, "tma2": None,
+               "ws1": None}
+    runners = {"tma2": variants.tma2_runner, "ws1": sweep_forward_ws.ws1_runner}
     tma = [tuple(int(x) for x in t.split(",")) for t in filter(None, args.tma.split(";"))]
     shapes = [(d, bool(int(c)), S) for d in map(int, args.head_dims.split(",")) for c in args.causal.split(",")
               for S in map(int, args.seqs.split(","))]
@@ -122,7 +125,7 @@ def main() -> None:
         for name, cfg, mr, tags in spec:
             if wanted(tags, d, causal):
                 label = f"{name}{cfg}" + (f"r{mr}" if mr else "") + "".join(f"+{t}" for t in sorted(tags) if t in (
-                    "rev", "const"))
+                    "rev", "const", "ws"))
                 if kernels[name] is None:  # a module with its own launcher (descriptors)
                     providers[label] = runners[name](q, k, v, causal, cfg, mr, tags)
                 else:

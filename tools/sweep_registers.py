@@ -2,13 +2,13 @@
 registers, spill stores and shared memory that ptxas reports for each configuration: what occupancy a tile allows,
 before any device time is spent (issue 43, twenty-seventh session).
 
-    python tools/sweep_registers.py [--kernels nb,nbold,pp2,tma] [--head-dims 128,64] [--configs '128,64,4,2;64,64,4,3,128']
+    python tools/sweep_registers.py [--kernels nb,nbold,pp2,tma,ws1] [--head-dims 128,64] [--configs '128,64,4,2;64,64,4,3,128']
         [--ws 0,1] [--causal 0,1]
 
 nb is the source notebook's attention_kernel cell as it stands; nbold is tools/sweep_forward_kernels.py's, pp2 tools/sweep_forward_pp2.py's;
 tma is tritoncourse/hopper.py's TMA kernel (phase 6's optional Hopper section), read from its source without importing
-torch, with warp_specialize off and on (--ws): its line says whether the loop was split into warp groups (a
-ttg.warp_specialize in the TTGIR) and the setmaxnreg values of the PTX. Without torch (nb and tma only) it runs under
+torch, ws1 tools/sweep_forward_ws.py's (one key loop, causal or not), each with warp_specialize off and on (--ws): its line says whether the loop was split into warp groups (a
+ttg.warp_specialize in the TTGIR) and the setmaxnreg values of the PTX. Without torch (nb, tma and ws1 only) it runs under
 another Triton too, e.g. one built by tools/device-triton-carry.sh and Python 3.12:
 `PYTHONPATH=/tmp/triton-carry ~/.pyenv/versions/3.12.1/bin/python tools/sweep_registers.py --kernels tma`.
 On 2026-11-29 (twenty-ninth session) Triton 3.6.0 and 3.9.0 alike split the TMA kernel's loop at BLOCK_M 64 with 4
@@ -140,17 +140,19 @@ def main() -> None:
         return lambda: getattr(__import__(module), name)
 
     kernels = {"nb": notebook_kernel, "nbold": variant("sweep_forward_kernels", "old_attention_kernel"),
-               "pp2": variant("sweep_forward_pp2", "pp2_attention_kernel"), "tma": tma_kernel}
+               "pp2": variant("sweep_forward_pp2", "pp2_attention_kernel"), "tma": tma_kernel,
+               "ws1": variant("sweep_forward_ws", "ws_attention_kernel")}
+    descriptors = ("tma", "ws1")  # kernels of tensor descriptors, compiled with warp_specialize off and on
     configs = [tuple(int(x) for x in c.split(",")) for c in args.configs.split(";") if c]
     for name in args.kernels.split(","):
         fn = kernels[name]()
         for d in map(int, args.head_dims.split(",")):
             for causal in (bool(int(c)) for c in args.causal.split(",")):
                 for cfg in configs:
-                    for ws in ((bool(int(w)) for w in args.ws.split(",")) if name == "tma" else (None,)):
+                    for ws in ((bool(int(w)) for w in args.ws.split(",")) if name in descriptors else (None,)):
                         label = f"{name} d{d} causal={causal} {cfg}" + ("" if ws is None else f" ws={ws}")
                         try:
-                            compiled = (compile_tma_for_hopper(fn, d, cfg, causal, ws) if name == "tma"
+                            compiled = (compile_tma_for_hopper(fn, d, cfg, causal, ws) if name in descriptors
                                         else compile_for_hopper(fn, d, cfg, causal))
                             regs, spill, shared = ptxas_stats(compiled)
                         except Exception as err:
@@ -159,7 +161,7 @@ def main() -> None:
                         threads = 32 * cfg[2]
                         per_sm = min(65536 // (-(-regs // 8) * 8 * threads), 232448 // (shared + 1024))
                         print(f"{label}: {regs} registers, {spill} B of spill stores, {shared // 1024} KiB shared: "
-                              f"{per_sm} program(s) an SM" + (f"; {split_words(compiled)}" if name == "tma" else ""),
+                              f"{per_sm} program(s) an SM" + (f"; {split_words(compiled)}" if name in descriptors else ""),
                               flush=True)
 
 
