@@ -3,7 +3,7 @@ phase 6's forward splits its key loop), against the notebook's own (issue 43: th
 dK/dV kernel spills at head_dim 128). Not part of the course.
 
     python tools/sweep_backward_split.py check      # the same dK and dV as the notebook's kernel, on the interpreter
-    python tools/sweep_backward_split.py compile    # registers, spill bytes and shared memory of both, for sm_90a
+    python tools/sweep_backward_split.py compile    # registers, spill bytes and shared bytes of both, for sm_90a
 
 The split kernel loads and computes without masks in the query tiles that are whole and wholly after the key tile's
 diagonal; the tiles that cross the diagonal (causal) and the ragged last one keep the notebook's masks. On
@@ -11,17 +11,22 @@ diagonal; the tiles that cross the diagonal (causal) and the ragged last one kee
 causal (the training block's shape and BWD_CONFIG's tiles), 255 registers and 0 bytes of spill stores against the
 notebook's 44; 3 stages 8 against 124; not causal it spilled more (72 against 12). Not yet timed on a GPU.
 """
-import json, os, re, subprocess, sys, tempfile, importlib.util
+from __future__ import annotations
+
+import os
+import sys
 from pathlib import Path
-MODE = sys.argv[1] if len(sys.argv) > 1 else "compile"  # "compile" or "check"
-if MODE == "check":
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+CHECK = sys.argv[1:2] == ["check"]
+from sweep_registers import compile_for_hopper, notebook_cell, ptxas_stats  # noqa: E402  (unsets TRITON_INTERPRET)
+
+if CHECK:  # before any @triton.jit below or in the notebook's cell: the interpreter
     os.environ["TRITON_INTERPRET"] = "1"
-import triton, triton.language as tl
-nb = json.loads(Path("/work/main/source/07_attention_backward/07_attention_backward.ipynb").read_text())
-cell = next(''.join(c["source"]) for c in nb["cells"]
-            if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "attention_bwd_dkdv_kernel")
-cell = cell.replace("    ### BEGIN SOLUTION\n", "").replace("    ### END SOLUTION\n", "")
-VARIANT = '''
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
 @triton.jit
 def _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, row0, offs_n, offs_m, offs_d, stride_qm, stride_qd,
                 stride_dom, stride_dod, seq_len, qk_scale, lo, hi, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
@@ -103,47 +108,20 @@ def split_dkdv_kernel(
              (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys)
     tl.store(dv_ptr + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
              dv.to(dv_ptr.dtype.element_ty), mask=keys)
-'''
-path = Path(tempfile.mkdtemp()) / "bw_split.py"
-path.write_text("import triton\nimport triton.language as tl\n\n" + cell + "\n\n" + VARIANT)
-spec = importlib.util.spec_from_file_location(path.stem, path)
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-ref_k, var_k = mod.triton_attention_bwd_dkdv_kernel, mod.split_dkdv_kernel
 
-if MODE == "compile":
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import ASTSource
-    from triton.backends.nvidia.compiler import get_ptxas
-    def comp(fn, d, cfg, causal):
-        bm, bn, w, st = cfg
-        sig, const, attrs = {}, {}, {}
-        for i, n in enumerate(fn.arg_names):
-            if n.endswith("_ptr"):
-                sig[n] = "*fp32" if n in ("lse_ptr", "delta_ptr", "dq_ptr") else "*fp16"
-                attrs[(i,)] = [["tt.divisibility", 16]]
-            elif n.startswith("stride_") and n.endswith("d"):
-                sig[n], const[n] = "constexpr", 1
-            elif n.startswith("stride_") or n in ("n_heads", "seq_len"):
-                sig[n] = "i32"; attrs[(i,)] = [["tt.divisibility", 16]]
-            elif n == "sm_scale":
-                sig[n] = "fp32"
-        const.update(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, ATOMIC_DQ=False)
-        sig.update({k: "constexpr" for k in const})
-        c = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=w, num_stages=st))
-        with tempfile.TemporaryDirectory() as t:
-            (Path(t) / "k.ptx").write_text(c.asm["ptx"])
-            out = subprocess.run([get_ptxas(90).path, "--gpu-name", "sm_90a", "-v", f"{t}/k.ptx", "-o", f"{t}/k.o"],
-                                 capture_output=True, text=True).stderr
-        return (int(re.search(r"Used (\d+) registers", out).group(1)),
-                int(re.search(r"(\d+) bytes spill stores", out).group(1)), c.metadata.shared // 1024)
+
+def compile_both(reference) -> None:
+    """Registers, spill bytes and shared bytes of the notebook's kernel and the split one, for sm_90a."""
     for d, cfg in ((128, (64, 64, 4, 2)), (128, (64, 64, 4, 3)), (64, (32, 128, 4, 3)), (128, (32, 64, 4, 3))):
         for causal in (False, True):
-            print(f"d{d} {cfg} causal={causal}: notebook {comp(ref_k, d, cfg, causal)}, split "
-                  f"{comp(var_k, d, cfg, causal)} (registers, spill bytes, KiB)", flush=True)
-else:
+            ref, split = (ptxas_stats(compile_for_hopper(fn, d, cfg, causal)) for fn in (reference, split_dkdv_kernel))
+            print(f"d{d} {cfg} causal={causal}: notebook {ref}, split {split} (registers, spill bytes, shared bytes)", flush=True)
+
+
+def check_both(reference) -> None:
+    """The largest |difference| of dK and dV between the two kernels, causal or not, whole and ragged seq_len."""
     import torch
+
     for causal in (False, True):
         for S in (64, 70, 128, 100):
             B, H, D = 1, 2, 32
@@ -152,7 +130,7 @@ else:
             lse = torch.randn(B * H, S, generator=g).abs() + 3
             delta = torch.randn(B * H, S, generator=g)
             outs = []
-            for fn in (ref_k, var_k):
+            for fn in (reference, split_dkdv_kernel):
                 dk, dv, dq = torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(q)
                 fn[(triton.cdiv(S, 32), B * H)](
                     q, k, v, do, lse, delta, dk, dv, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
@@ -160,3 +138,8 @@ else:
                     CAUSAL=causal, ATOMIC_DQ=False)
                 outs.append((dk, dv))
             print(causal, S, float((outs[0][0] - outs[1][0]).abs().max()), float((outs[0][1] - outs[1][1]).abs().max()))
+
+
+if __name__ == "__main__":
+    notebooks = notebook_cell("07_attention_backward", "attention_bwd_dkdv_kernel").triton_attention_bwd_dkdv_kernel
+    (check_both if CHECK else compile_both)(notebooks)

@@ -36,49 +36,59 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 os.environ.pop("TRITON_INTERPRET", None)
 
 
-def notebook_kernel():
-    """The source notebook's attention_kernel cell as a module (a real file: @triton.jit reads its source)."""
+def module_from_source(name: str, text: str):
+    """``text`` (Triton kernels) imported as a module from a real file: @triton.jit reads its functions' source."""
     import importlib.util
 
-    nb = json.loads((ROOT / "source/06_fused_attention/06_fused_attention.ipynb").read_text())
-    cell = next(c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "attention_kernel")
-    path = Path(tempfile.mkdtemp()) / "nb06_attention.py"
-    path.write_text("import triton\nimport triton.language as tl\n\n" + "".join(cell["source"]) + "\n")
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + text + "\n")
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.triton_attention_kernel
+    return module
+
+
+def notebook_cell(assignment: str, grade_id: str):
+    """A source notebook's cell (its solution as written) as a module."""
+    nb = json.loads((ROOT / "source" / assignment / f"{assignment}.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+    return module_from_source(f"nb_{grade_id}", "".join(cell["source"]))
+
+
+def notebook_kernel():
+    """The source notebook's attention_kernel cell (phase 6's forward)."""
+    return notebook_cell("06_fused_attention", "attention_kernel").triton_attention_kernel
 
 
 def tma_kernel():
     """tritoncourse/hopper.py's _tma_tiles and tma_attention_kernel as a module of their own (hopper.py imports torch)."""
     import ast
-    import importlib.util
 
     src = (ROOT / "tritoncourse/hopper.py").read_text()
     parts = [ast.get_source_segment(src, n) for n in ast.parse(src).body
              if isinstance(n, ast.FunctionDef) and n.name in ("_tma_tiles", "tma_attention_kernel")]
-    path = Path(tempfile.mkdtemp()) / "hopper_tma.py"
-    path.write_text("import triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join("@triton.jit\n" + p for p in parts) + "\n")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.tma_attention_kernel
+    return module_from_source("hopper_tma", "\n\n\n".join("@triton.jit\n" + p for p in parts)).tma_attention_kernel
 
 
 def compile_tma_for_hopper(fn, head_dim, cfg, causal, ws):
+    bm, bn = cfg[:2]
+    sig = {"desc_q": f"tensordesc<fp16[{bm}, {head_dim}]>", "desc_k": f"tensordesc<fp16[{bn}, {head_dim}]>",
+           "desc_v": f"tensordesc<fp16[{bn}, {head_dim}]>", "desc_o": f"tensordesc<fp16[{bm}, {head_dim}]>",
+           "lse_ptr": "*fp32", "seq_len": "i32", "sm_scale": "fp32"}
+    return _compile(fn, sig, dict(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WARP_SPECIALIZE=ws), {},
+                    cfg)
+
+
+def _compile(fn, sig, const, attrs, cfg):
+    """triton.compile for sm_90a with cfg's warps, stages and maxnreg: no GPU, no driver."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import ASTSource
 
-    bm, bn, warps, stages, *rest = cfg
-    sig = {"desc_q": f"tensordesc<fp16[{bm}, {head_dim}]>", "desc_k": f"tensordesc<fp16[{bn}, {head_dim}]>",
-           "desc_v": f"tensordesc<fp16[{bn}, {head_dim}]>", "desc_o": f"tensordesc<fp16[{bm}, {head_dim}]>",
-           "lse_ptr": "*fp32", "seq_len": "i32", "sm_scale": "fp32"}
-    const = dict(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WARP_SPECIALIZE=ws)
-    sig.update({k: "constexpr" for k in const})
+    _, _, warps, stages, *rest = cfg
+    sig = {**sig, **{k: "constexpr" for k in const}}
     options = dict(num_warps=warps, num_stages=stages, **({"maxnreg": rest[0]} if rest else {}))
-    return triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32), options=options)
+    return triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def split_words(compiled) -> str:
@@ -88,16 +98,17 @@ def split_words(compiled) -> str:
     return f"split into warp groups: {split}" + (f" (setmaxnreg {', '.join(map(str, counts))})" if counts else "")
 
 
-def compile_for_hopper(fn, head_dim, cfg, causal):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import ASTSource
+FP32_POINTERS = ("lse_ptr", "delta_ptr", "dq_ptr")  # the LSE, phase 7's D and its atomically added dQ; the rest fp16
 
-    bm, bn, warps, stages, *rest = cfg
+
+def compile_for_hopper(fn, head_dim, cfg, causal):
+    """A pointer kernel of phases 6 and 7 (their argument names) for sm_90a, as launched on contiguous fp16 tensors;
+    phase 7's dK/dV kernel with ATOMIC_DQ off."""
+    bm, bn = cfg[:2]
     sig, const, attrs = {}, {}, {}
     for i, n in enumerate(fn.arg_names):
         if n.endswith("_ptr"):
-            sig[n] = "*fp32" if n == "lse_ptr" else "*fp16"
+            sig[n] = "*fp32" if n in FP32_POINTERS else "*fp16"
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif n.startswith("stride_") and n.endswith("d"):  # the last dimension's stride: 1, a constant
             sig[n], const[n] = "constexpr", 1
@@ -107,9 +118,9 @@ def compile_for_hopper(fn, head_dim, cfg, causal):
         elif n == "sm_scale":
             sig[n] = "fp32"
     const.update(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal)
-    sig.update({k: "constexpr" for k in const})
-    options = dict(num_warps=warps, num_stages=stages, **({"maxnreg": rest[0]} if rest else {}))
-    return triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=options)
+    if "ATOMIC_DQ" in fn.arg_names:
+        const["ATOMIC_DQ"] = False
+    return _compile(fn, sig, const, attrs, cfg)
 
 
 def ptxas_stats(compiled) -> tuple:

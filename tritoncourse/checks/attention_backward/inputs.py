@@ -171,7 +171,6 @@ def fenced_rows(t: torch.Tensor, device: str):
     return flat.view(rows.shape), keep
 
 
-
 # ---- the whole-op checks' buffers (training.py, gradcheck.py): inputs and outputs followed by NaN rows
 GUARD_ROWS = 256  # NaN rows after every tensor a whole-op launch reads or writes: more than a tile of any wrapper's
 
