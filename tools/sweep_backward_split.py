@@ -9,7 +9,9 @@ The split kernel loads and computes without masks in the query tiles that are wh
 diagonal; the tiles that cross the diagonal (causal) and the ragged last one keep the notebook's masks. On
 2026-11-29 (twenty-ninth session, Triton 3.6.0, ptxas of its wheel): at head_dim 128, (64, 64, 4 warps, 2 stages),
 causal (the training block's shape and BWD_CONFIG's tiles), 255 registers and 0 bytes of spill stores against the
-notebook's 44; 3 stages 8 against 124; not causal it spilled more (72 against 12). Not yet timed on a GPU.
+notebook's 44; 3 stages 8 against 124; not causal it spilled more (72 against 12). Timed on an H200 at the block's
+shape (thirtieth session, tools/sweep_block.py --parts backward): slower, 1274-1282 us against the notebook's
+1121-1131 us (0.64x cuDNN against 0.73x): fewer spills did not make it faster.
 """
 from __future__ import annotations
 

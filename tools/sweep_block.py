@@ -12,7 +12,11 @@ step:     the step on SDPA's default, on the notebook's custom op, on its autogr
 profile:  torch.profiler's CUDA kernels of three steps of each, summed by kernel name: where the time goes.
 forward:  the attention forward alone at the step's shape (q, k, v views of the projection, as the block makes
           them), phase 6's kernel at several tiles, against SDPA's cuDNN and default.
-backward: the notebook's backward alone at that shape, BWD_CONFIG's head_dim-128 tiles varied, against cuDNN's.
+backward: the notebook's backward alone at that shape, BWD_CONFIG's head_dim-128 tiles varied, against cuDNN's;
+          "split..." rows launch tools/sweep_backward_split.py's dK/dV kernel (query loop split into masked and
+          unmasked tiles) in the notebook's place, "tmadq..." tools/sweep_backward_tma.py's backward (one kernel,
+          dQ added by descriptor reduces) at its tiles.
+step3:    the step on SDPA's default, on the notebook's op, on the op with the split dK/dV kernel and with tmadq.
 step2, profile2: the step on SDPA's default, on the notebook's op and on "old" (the op as it was before: its
           q, k, v copied by .contiguous(), twice, and O contiguous); the profile of SDPA's and the notebook's.
 stats:    the compiled kernels of the notebook's forward and backward at the step's shape (registers, spills, shared
@@ -88,8 +92,46 @@ def _steps(nb, names):
     return steps
 
 
-def part_step(nb, repeats, names=("sdpa", "op", "fn", "nc", "bshd")):
+def _with_split(nb, fn, dkdv=None):
+    """``fn`` run with tools/sweep_backward_split.py's dK/dV kernel (and tiles ``dkdv``) in the notebook's place."""
+    from sweep_backward_split import split_dkdv_kernel
+
+    def run():
+        saved = nb.triton_attention_bwd_dkdv_kernel, nb.BWD_CONFIG["cuda_d128"]
+        nb.triton_attention_bwd_dkdv_kernel = split_dkdv_kernel
+        if dkdv:
+            nb.BWD_CONFIG["cuda_d128"] = {**saved[1], "dkdv": dkdv}
+        try:
+            return fn()
+        finally:
+            nb.triton_attention_bwd_dkdv_kernel, nb.BWD_CONFIG["cuda_d128"] = saved
+    return run
+
+
+def _with_tma_dq(nb, fn, cfg):
+    """``fn`` run with tools/sweep_backward_tma.py's backward (dQ by descriptor reduces) as the notebook's."""
+    from sweep_backward_tma import tma_dq_backward
+
+    def run():
+        saved = nb.attention_backward
+        nb.attention_backward = lambda q, k, v, o, lse, do, causal=False, sm_scale=None: tma_dq_backward(
+            nb, q, k, v, o, lse, do, causal, cfg, sm_scale)
+        try:
+            return fn()
+        finally:
+            nb.attention_backward = saved
+    return run
+
+
+TMA_DQ_CONFIGS = ((64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 8, 2), (64, 128, 8, 2))
+
+
+def part_step(nb, repeats, names=("sdpa", "op", "fn", "nc", "bshd"), split=False):
     steps = _steps(nb, names)
+    if split:
+        steps["op+split"] = _with_split(nb, steps["op"])
+        for cfg in TMA_DQ_CONFIGS[:2]:
+            steps[f"op+tmadq {cfg}"] = _with_tma_dq(nb, steps["op"], cfg)
     both_ways(steps, 1)
     graph, bench = both_ways(steps, repeats)
     for name in steps:
@@ -203,6 +245,23 @@ def part_backward(nb, repeats):
         log(f"  backward {name} {cfg}: relative err {err:.2g}")
         if err < 2e-2:
             providers[name] = run
+    from sweep_backward_tma import tma_dq_backward
+
+    variants = [(f"split {dkdv}", _with_split(nb, lambda: nb.attention_backward(q, k, v, o, lse, do, True), dkdv))
+                for dkdv in (None, (64, 128, 8, 2))]
+    variants += [(f"tmadq {cfg}", lambda cfg=cfg: tma_dq_backward(nb, q, k, v, o, lse, do, True, cfg))
+                 for cfg in TMA_DQ_CONFIGS]
+    for name, run in variants:
+        try:
+            got = run()
+            torch.cuda.synchronize()
+        except Exception as err:
+            log(f"  backward {name}: {type(err).__name__}: {str(err)[:160]}")
+            continue
+        err = max((g.float() - r.float()).abs().max().item() / r.float().abs().max().item() for g, r in zip(got, ref))
+        log(f"  backward {name}: relative err {err:.2g}")
+        if err < 2e-2:
+            providers[name] = run
     _report("backward", providers, repeats, flops=10 * B * H * S * S * D / 2)
     nb.BWD_CONFIG["cuda_d128"] = base
 
@@ -265,6 +324,7 @@ def main() -> None:
         try:
             {"step": lambda: part_step(nb, args.repeats), "profile": lambda: part_profile(nb),
              "step2": lambda: part_step(nb, args.repeats, ("sdpa", "op", "old")),
+             "step3": lambda: part_step(nb, args.repeats, ("sdpa", "op"), split=True),
              "profile2": lambda: part_profile(nb, ("sdpa", "op")), "stats": lambda: part_stats(nb),
              "forward": lambda: part_forward(nb, args.repeats),
              "backward": lambda: part_backward(nb, args.repeats)}[part]()

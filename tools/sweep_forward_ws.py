@@ -1,17 +1,17 @@
-"""Developers only: a TMA attention forward whose key loop Triton splits into warp groups on Hopper (issue 43's lead of
-the twenty-ninth session, docs/GPU-RUNS.md). Not part of the course.
+"""Developers only: TMA attention forwards whose key loop Triton splits into warp groups on Hopper (issue 43). Not part
+of the course.
 
-tritoncourse/hopper.py's kernel runs its causal case as two loops (the tiles before the diagonal unmasked, then the
-diagonal's), and Triton 3.6.0 and 3.9.0 refuse warp_specialize on either loop there; at BLOCK_M 128 with 4 warps they
-refuse it too, and at 8 warps they never split. This kernel has one loop for every case, the causal mask applied
-in each tile (a select per score: the price of the split), and at BLOCK_M 64 with 4 warps both versions compile it
-to producer and consumer warp groups (ttg.warp_specialize, setmaxnreg 40 / 232), causal or not:
-`python tools/sweep_registers.py --kernels ws1`. Not yet timed on a GPU: `python tools/sweep_forward_variants.py --spec
-'ws1:64,64,4,2;ws1:64,64,4,2@ws;ws1:64,128,4,2@ws;ws1:64,64,4,3@ws@d64' --tma '128,64,4,2'` times it beside the
-notebook's forward, hopper.py's kernel and SDPA's cuDNN and FlashAttention-2 backends.
+ws_attention_kernel (ws1): hopper.py's loop as one loop for every case (the causal mask in every tile), host
+descriptors; Triton 3.6.0 and 3.9.0 split it at BLOCK_M 64 with 4 warps (one consumer group, setmaxnreg 40 / 232).
+Timed on an H200 (thirtieth session, docs/GPU-RUNS.md): 0.37-0.47x cuDNN warp-specialized, half its speed without.
+ws_device_desc_kernel (ws2): the same with its descriptors made in the kernel, as Triton's tutorial does on Hopper;
+then BLOCK_M 128 with 4 warps splits too, into two consumer groups of 64 rows (12 warps), which a host descriptor's
+fixed 128-row block forbade. At (128, 128, 4 warps, 2 stages), not causal, 0.87-0.96x cuDNN at head_dim 128 (the
+best of the course's kernels there): tritoncourse/hopper.py took it. Causal, the mask in every tile costs what the
+split gains. Triton 3.6's warp-specialized loop with 3 stages computed NaNs (3.9.0 did not).
 
-    from sweep_forward_ws import ws_attention          # q, k, v (batch, heads, seq_len, head_dim), contiguous
-    o, lse = ws_attention(q, k, v, causal, (64, 64, 4, 2), warp_specialize=True)
+    python tools/sweep_forward_variants.py --spec 'ws2:128,128,4,2@ws;ws2:128,128,4,2@ws@lpt@causal' --tma '128,64,4,2'
+    python tools/sweep_registers.py --kernels ws1          # compiled for sm_90a, no GPU
 """
 from __future__ import annotations
 
@@ -54,17 +54,94 @@ def ws_attention_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, seq_len, sm_sca
     tl.store(lse_ptr + pid_bh * seq_len + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453)
 
 
+
+@triton.jit
+def ws_device_desc_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, rows, seq_len, sm_scale, HEAD_DIM: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                          WARP_SPECIALIZE: tl.constexpr, LPT: tl.constexpr = False):
+    """ws_attention_kernel with its descriptors made in the kernel (tl.make_tensor_descriptor), as Triton's tutorial
+    does for Hopper with warp specialization: the compiler re-blocks them per warp group (BLOCK_M 128 with 4 warps:
+    two consumer groups of 64 rows), which a host descriptor's fixed block forbids. LPT: the grid is (batch·heads,
+    query tiles), the last query tiles (the most keys when causal) first across every head. Compiled for sm_90a
+    (thirtieth session): neither a second loop for the causal diagonal, nor the diagonal's tiles unrolled after the
+    loop, nor a branch around the mask inside it split any more (Triton 3.6.0 and 3.9.0: the pass fails in
+    WSDataPartition, or leaves the loop whole)."""
+    desc_q = tl.make_tensor_descriptor(q_ptr, [rows, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    desc_k = tl.make_tensor_descriptor(k_ptr, [rows, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+    desc_v = tl.make_tensor_descriptor(v_ptr, [rows, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+    desc_o = tl.make_tensor_descriptor(o_ptr, [rows, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    if LPT:
+        pid_bh = tl.program_id(0)
+        pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        pid_m = tl.program_id(0)
+        pid_bh = tl.program_id(1)
+    row0 = pid_bh * seq_len
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    q = desc_q.load([row0 + pid_m * BLOCK_M, 0])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    hi = (pid_m + 1) * BLOCK_M if CAUSAL else seq_len
+    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = desc_k.load([row0 + start_n, 0])
+        s = tl.dot(q, k.T) * qk_scale
+        if CAUSAL:
+            s = s + tl.where(offs_m[:, None] >= start_n + offs_n[None, :], 0.0, -1.0e6)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        v = desc_v.load([row0 + start_n, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_new
+    acc = acc / l_i[:, None]
+    desc_o.store([row0 + pid_m * BLOCK_M, 0], acc.to(q.dtype))
+    tl.store(lse_ptr + pid_bh * seq_len + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453)
+
+
+def ws2_runner(q, k, v, causal, cfg, maxnreg=None, tags=()):
+    """ws1_runner for ws_device_desc_kernel (descriptors made in the kernel: a global-memory allocator is set); tags
+    ws, lpt: the kernel's WARP_SPECIALIZE, LPT."""
+    import torch
+
+    bm, bn, warps, stages = cfg
+    batch, heads, seq_len, head_dim = q.shape
+    if seq_len % bm or seq_len % bn or not all(t.is_contiguous() for t in (q, k, v)):
+        raise ValueError("contiguous q, k, v, seq_len a multiple of BLOCK_M and of BLOCK_N")
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    o = torch.empty_like(q)
+    lse = torch.empty((batch * heads, seq_len), device=q.device, dtype=torch.float32)
+    args = (q, k, v, o, lse, batch * heads * seq_len, seq_len, head_dim**-0.5)
+    lpt = "lpt" in tags
+    kw = dict(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WARP_SPECIALIZE="ws" in tags, LPT=lpt,
+              num_warps=warps, num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+    grid = (batch * heads, seq_len // bm) if lpt else (seq_len // bm, batch * heads)
+
+    def run():
+        ws_device_desc_kernel[grid](*args, **kw)
+        return o
+    run.lse = lse.view(batch, heads, seq_len)
+    run.compiled = lambda: ws_device_desc_kernel.warmup(*args, grid=(1,), **kw)
+    return run
+
+
 def ws1_runner(q, k, v, causal, cfg, maxnreg=None, tags=()):
     """A launch of ws_attention_kernel as tools/sweep_forward_variants.py times one (``run()`` -> O, ``run.lse``,
-    ``run.compiled()``): cfg = (BLOCK_M, BLOCK_N, warps, stages), the tag "ws" turns warp_specialize on; contiguous q, k,
-    v, seq_len a multiple of BLOCK_M, BLOCK_M of BLOCK_N."""
+    ``run.compiled()``): cfg = (BLOCK_M, BLOCK_N, warps, stages), the tag "ws" turns warp_specialize on; contiguous
+    q, k, v, seq_len a multiple of BLOCK_M and of BLOCK_N (BLOCK_N may exceed BLOCK_M: the causal mask is in every
+    tile)."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     bm, bn, warps, stages = cfg
     batch, heads, seq_len, head_dim = q.shape
-    if seq_len % bm or bm % bn or not all(t.is_contiguous() for t in (q, k, v)):
-        raise ValueError("contiguous q, k, v, seq_len a multiple of BLOCK_M, BLOCK_M of BLOCK_N")
+    if seq_len % bm or seq_len % bn or not all(t.is_contiguous() for t in (q, k, v)):
+        raise ValueError("contiguous q, k, v, seq_len a multiple of BLOCK_M and of BLOCK_N")
     o = torch.empty_like(q)
     lse = torch.empty((batch * heads, seq_len), device=q.device, dtype=torch.float32)
     rows = batch * heads * seq_len
@@ -80,9 +157,3 @@ def ws1_runner(q, k, v, causal, cfg, maxnreg=None, tags=()):
     run.lse = lse.view(batch, heads, seq_len)
     run.compiled = lambda: ws_attention_kernel.warmup(*args, grid=(1,), **kw)
     return run
-
-
-def ws_attention(q, k, v, causal, cfg, warp_specialize=True):
-    """(O, LSE) by ws_attention_kernel with cfg = (BLOCK_M, BLOCK_N, warps, stages)."""
-    run = ws1_runner(q, k, v, causal, cfg, tags=("ws",) if warp_specialize else ())
-    return run(), run.lse

@@ -66,7 +66,7 @@ def tma_kernel():
 
     src = (ROOT / "tritoncourse/hopper.py").read_text()
     parts = [ast.get_source_segment(src, n) for n in ast.parse(src).body
-             if isinstance(n, ast.FunctionDef) and n.name in ("_tma_tiles", "tma_attention_kernel")]
+             if isinstance(n, ast.FunctionDef) and n.name in ("_tma_tiles", "_descriptor", "tma_attention_kernel")]
     return module_from_source("hopper_tma", "\n\n\n".join("@triton.jit\n" + p for p in parts)).tma_attention_kernel
 
 

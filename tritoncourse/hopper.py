@@ -40,12 +40,27 @@ def _tma_tiles(acc, l_i, m_i, q, desc_k, desc_v, row0, lo, hi, offs_m, offs_n, q
 
 
 @triton.jit
+def _descriptor(desc_or_ptr, rows, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """A descriptor made on the host, as given; a pointer (to rows x HEAD_DIM contiguous values) made into one here."""
+    if isinstance(desc_or_ptr, tl.tensor_descriptor):
+        return desc_or_ptr
+    else:
+        return tl.make_tensor_descriptor(desc_or_ptr, [rows, HEAD_DIM], [HEAD_DIM, 1], [BLOCK, HEAD_DIM])
+
+
+@triton.jit
 def tma_attention_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, seq_len, sm_scale, HEAD_DIM: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                          WARP_SPECIALIZE: tl.constexpr):
-    """Your kernel's contract (O and the natural-log LSE), Q, K, V, O seen as (batch·heads·seq_len, HEAD_DIM)."""
+    """Your kernel's contract (O and the natural-log LSE), Q, K, V, O seen as (batch·heads·seq_len, HEAD_DIM): each
+    given as a descriptor made on the host, or as a pointer that the kernel makes one of."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
+    rows = tl.num_programs(1) * seq_len
+    desc_q = _descriptor(desc_q, rows, HEAD_DIM, BLOCK_M)
+    desc_k = _descriptor(desc_k, rows, HEAD_DIM, BLOCK_N)
+    desc_v = _descriptor(desc_v, rows, HEAD_DIM, BLOCK_N)
+    desc_o = _descriptor(desc_o, rows, HEAD_DIM, BLOCK_M)
     row0 = pid_bh * seq_len  # this (batch, head)'s first row
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -54,11 +69,14 @@ def tma_attention_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, seq_len, sm_sc
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
-    if CAUSAL:  # the tiles before the diagonal, then the diagonal's
+    if CAUSAL and not WARP_SPECIALIZE:  # the tiles before the diagonal, then the diagonal's
         acc, l_i, m_i = _tma_tiles(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, pid_m * BLOCK_M, offs_m, offs_n,
-                                   qk_scale, BLOCK_N, False, WARP_SPECIALIZE)
+                                   qk_scale, BLOCK_N, False, False)
         acc, l_i, m_i = _tma_tiles(acc, l_i, m_i, q, desc_k, desc_v, row0, pid_m * BLOCK_M, (pid_m + 1) * BLOCK_M,
-                                   offs_m, offs_n, qk_scale, BLOCK_N, True, WARP_SPECIALIZE)
+                                   offs_m, offs_n, qk_scale, BLOCK_N, True, False)
+    elif CAUSAL:  # one loop, masked in every tile: Triton splits one loop a kernel into warp groups, not two
+        acc, l_i, m_i = _tma_tiles(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, (pid_m + 1) * BLOCK_M, offs_m, offs_n,
+                                   qk_scale, BLOCK_N, True, True)
     else:
         acc, l_i, m_i = _tma_tiles(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, seq_len, offs_m, offs_n, qk_scale,
                                    BLOCK_N, False, WARP_SPECIALIZE)
@@ -69,23 +87,28 @@ def tma_attention_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, seq_len, sm_sc
 
 def tma_attention(q, k, v, causal=False, block_n=None, stages=None, warp_specialize=True, block_m=128, warps=None):
     """(O, LSE, the compiled kernel) by tma_attention_kernel: contiguous q, k, v, seq_len a multiple of block_m.
-    Default tiles, from the H200 sweeps (docs/GPU-RUNS.md, twenty-sixth and twenty-seventh sessions): at head_dim 128,
-    128 x 64 with 4 warps in 2 stages (Triton's own tutorial's choice: 255 registers and 96 KiB, two programs an SM),
-    or with warp_specialize, which Triton 3.6 (nor 3.7.1, twenty-ninth session) does not compile at 4 warps here,
-    128 x 128 with 8 warps in 3 stages;
-    at head_dim 64, 128 x 64 with 8 warps in 4 stages."""
+    warp_specialize=False: descriptors made here, on the host; default tiles at head_dim 128 are 128 x 64 with 4 warps
+    in 2 stages (Triton's own tutorial's choice: 255 registers and 96 KiB, two programs an SM), at head_dim 64 128 x 64
+    with 8 warps in 4 stages. warp_specialize=True: descriptors made in the kernel, from pointers, as Triton's tutorial
+    does on Hopper (a host descriptor's block is fixed, and the compiler splits the 128-row tile between two consumer
+    warp groups of 64 rows each, which needs blocks of its own); 128 x 128 tiles, 4 warps a group, 2 stages (Triton
+    3.6's warp-specialized loop with 3 stages computed NaNs at head_dim 64 on an H200). Tiles from the H200 sweeps of
+    docs/GPU-RUNS.md (twenty-sixth, twenty-seventh and thirtieth sessions)."""
     batch, heads, seq_len, head_dim = q.shape
-    four = head_dim == 128 and not warp_specialize
-    warps = warps or (4 if four else 8)
-    block_n = block_n or (128 if head_dim == 128 and not four else 64)
-    stages = stages or (2 if four else 3 if head_dim == 128 else 4)
+    block_n = block_n or (128 if warp_specialize else 64)
+    warps = warps or (4 if warp_specialize or head_dim == 128 else 8)
+    stages = stages or (2 if warp_specialize or head_dim == 128 else 4)
     if seq_len % block_m or block_m % block_n or not all(t.is_contiguous() for t in (q, k, v)):
         raise ValueError("contiguous q, k, v, seq_len a multiple of block_m, block_m of block_n")
     o = torch.empty_like(q)
     lse = torch.empty((batch * heads, seq_len), device=q.device, dtype=torch.float32)
     rows = batch * heads * seq_len
-    desc_q, desc_o = (TensorDescriptor.from_tensor(t.view(rows, head_dim), [block_m, head_dim]) for t in (q, o))
-    desc_k, desc_v = (TensorDescriptor.from_tensor(t.view(rows, head_dim), [block_n, head_dim]) for t in (k, v))
+    if warp_specialize:  # the kernel makes its descriptors, in global memory that Triton asks this allocator for
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=q.device))
+        desc_q, desc_k, desc_v, desc_o = q, k, v, o
+    else:
+        desc_q, desc_o = (TensorDescriptor.from_tensor(t.view(rows, head_dim), [block_m, head_dim]) for t in (q, o))
+        desc_k, desc_v = (TensorDescriptor.from_tensor(t.view(rows, head_dim), [block_n, head_dim]) for t in (k, v))
     compiled = tma_attention_kernel[(seq_len // block_m, batch * heads)](
         desc_q, desc_k, desc_v, desc_o, lse, seq_len, head_dim**-0.5, HEAD_DIM=head_dim, BLOCK_M=block_m,
         BLOCK_N=block_n, CAUSAL=causal, WARP_SPECIALIZE=warp_specialize, num_warps=warps, num_stages=stages)
@@ -96,5 +119,5 @@ def kernel_source() -> str:
     """The kernel, its loop over key tiles and the wrapper, as written above: what the notebook prints."""
     import inspect
 
-    functions = (_tma_tiles, tma_attention_kernel, tma_attention)
+    functions = (_tma_tiles, _descriptor, tma_attention_kernel, tma_attention)
     return "\n\n".join(inspect.getsource(getattr(f, "fn", f)) for f in functions)

@@ -212,7 +212,11 @@ COUNTS_ALLOWED = {
                            "8 warps per SM": "one program of 8 warps", "At 16 warps, 92 registers":
                            "docs/GPU-RUNS.md: the compiled LayerNorm at 16 warps",
                            "8 GiB of scratch": "docs/GPU-RUNS.md: 8256 MiB, the naive version at seq_len 8192",
-                           "needed 65 MiB": "docs/GPU-RUNS.md: the fused kernel's memory (O and LSE)"},
+                           "needed 65 MiB": "docs/GPU-RUNS.md: the fused kernel's memory (O and LSE)",
+                           "(12 warps in all": "tests/units/test_hopper.py: the warp-specialized kernel compiled "
+                                               "for sm_90a here (its PTX's .reqntid 384)",
+                           "232 registers a thread and the producer 40": "tests/units/test_hopper.py: the same "
+                                                                         "kernel's setmaxnreg counts"},
     "07_attention_backward": {"15 to 20 minutes for the derivation": "a split of the card's 100-140 minutes: "
                               "15-20, 10-15, 40-55, 20-25 and 15-25 add up to it",
                               "2 × 128 × 128 fp32 values, need 256 registers a thread with 4 warps":
