@@ -145,7 +145,7 @@ def main() -> None:
                 log(f"  {p}: {type(e).__name__}: {str(e)[:160]}")
                 del providers[p]
                 continue
-            if err > 2e-2:
+            if not err <= 2e-2:  # NaN too
                 log(f"  {p}: WRONG, max error {err:.3g}")
                 del providers[p]
             elif S == 4096 and hasattr(fn, "compiled"):
