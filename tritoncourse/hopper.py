@@ -1,5 +1,6 @@
-"""Phase 6's optional Hopper section: attention's forward with tensor descriptors (TMA) and a key loop that asks for
-warp specialization (Triton 3.6). Read and measured in the notebook, never graded.
+"""Phase 6's optional Hopper section: attention's forward with tensor descriptors (TMA) and a key loop that Triton 3.6
+splits into warp groups when asked (warp_specialize=True: descriptors made in the kernel, 4-warp groups). Read and
+measured in the notebook, never graded.
 
 It lives here, not in a notebook cell, because the grader takes every @triton.jit function of a learner's notebook
 and lints it, and a descriptor's methods (``desc.load``, ``desc.store``) are outside what a graded kernel may use.
