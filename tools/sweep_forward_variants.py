@@ -8,14 +8,15 @@ FlashAttention-2 backends, the notebook's own autotuned forward and tritoncourse
 A spec item NAME:BLOCK_M,BLOCK_N,warps,stages[,maxnreg][@tag...] launches one kernel at one configuration as the
 notebook's wrapper does (grid (cdiv(S, BLOCK_M), B*H), B 4 x H 8, fp16). NAME: nb (or v2) the notebook's reference
 kernel, nbold / tma2 the kernels of tools/sweep_forward_kernels.py (its docstring says what each is), pp2
-tools/sweep_forward_pp2.py's (two query tiles a program), ws1 / ws2 tools/sweep_forward_ws.py's (one key loop, which
-Triton splits into warp groups: ws1 with host descriptors at BLOCK_M 64 and 4 warps, ws2 with descriptors made in the
-kernel at BLOCK_M 64 or 128 and 4 warps). Every other item launches through sweep_attention.forward_launcher.
-Tags: d64 / d128 keep an item to that head_dim, causal / full to that mask, rev (tma2: causal tiles in reverse
-order), const (tma2: seq_len a constexpr), ws (ws1, ws2: warp_specialize on), lpt (ws2: the heaviest causal query
-tiles first, across every head). --tma adds tritoncourse/hopper.py's tma_attention at (BLOCK_M, BLOCK_N, warps,
-stages), with warp_specialize on when "@ws" follows the tiles; "nb" alone (unless --no-nb) is the notebook's
-autotuned wrapper, whose choices are printed at the end.
+tools/sweep_forward_pp2.py's (two query tiles a program), ws1 / ws2 / ws3 tools/sweep_forward_ws.py's (one key loop,
+which Triton splits into warp groups: ws1 with host descriptors at BLOCK_M 64 and 4 warps, ws2 with descriptors made
+in the kernel at BLOCK_M 64 or 128 and 4 warps, ws3 ws2 made persistent). Every other item launches through
+sweep_attention.forward_launcher. Tags: d64 / d128 keep an item to that head_dim, causal / full to that mask, rev
+(tma2: causal tiles in reverse order), const (tma2: seq_len a constexpr), ws (ws1, ws2, ws3: warp_specialize on), lpt
+(ws2: the heaviest causal query tiles first, across every head), x2 (ws3: two programs an SM). --tma adds
+tritoncourse/hopper.py's tma_attention at (BLOCK_M, BLOCK_N, warps, stages), with warp_specialize on when "@ws"
+follows the tiles; "nb" alone (unless --no-nb) is the notebook's autotuned wrapper, whose choices are printed at the
+end.
 Every kernel is compiled first (threads), checked against cuDNN (max abs error), its registers, spills and shared
 memory printed at seq_len 4096; then each shape is timed: medians of interleaved do_bench medians, the GPU warmed
 first; each line gives every provider's ratio to cuDNN (above 1: faster).
@@ -83,8 +84,9 @@ def main() -> None:
 
     kernels = {"nb": nb6.triton_attention_kernel, "v2": nb6.triton_attention_kernel,
                "nbold": variants.old_attention_kernel, "pp2": sweep_forward_pp2.pp2_attention_kernel, "tma2": None,
-               "ws1": None, "ws2": None}
-    runners = {"tma2": variants.tma2_runner, "ws1": sweep_forward_ws.ws1_runner, "ws2": sweep_forward_ws.ws2_runner}
+               "ws1": None, "ws2": None, "ws3": None}
+    runners = {"tma2": variants.tma2_runner, "ws1": sweep_forward_ws.ws1_runner, "ws2": sweep_forward_ws.ws2_runner,
+               "ws3": sweep_forward_ws.ws3_runner}
     tma = [(tuple(int(x) for x in t.split("@")[0].split(",")), t.endswith("@ws"))
            for t in filter(None, args.tma.split(";"))]
     shapes = [(d, bool(int(c)), S) for d in map(int, args.head_dims.split(",")) for c in args.causal.split(",")
@@ -130,7 +132,7 @@ def main() -> None:
         for name, cfg, mr, tags in spec:
             if wanted(tags, d, causal):
                 label = f"{name}{cfg}" + (f"r{mr}" if mr else "") + "".join(f"+{t}" for t in sorted(tags) if t in (
-                    "rev", "const", "ws", "lpt"))
+                    "rev", "const", "ws", "lpt", "x2"))
                 try:
                     if kernels[name] is None:  # a module with its own launcher (descriptors)
                         providers[label] = runners[name](q, k, v, causal, cfg, mr, tags)
