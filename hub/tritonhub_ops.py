@@ -114,7 +114,14 @@ def start_daemon(settings: Settings, cmd: list[str], env: dict, timeout: float =
     sys.exit(f"tritonhub: the hub (pid {proc.pid}) wrote no pid file in {timeout:.0f} s; see {log}")
 
 
-def stop(settings: Settings, timeout: float = 60) -> bool:
+# How long `stop` waits for the hub after its SIGTERM: the hub stops every user's server at once, each by
+# LocalProcessSpawner's SIGINT, SIGTERM 30 s later (interrupt_timeout), SIGKILL 30 s after that (term_timeout), then
+# 5 s (kill_timeout): 65 s for a server that ignores the first two (a learner's running kernel can hold one up to its
+# SIGTERM), then the proxy and the hub's own exit. As the systemd unit's TimeoutStopSec (hub/tritonhub.service).
+STOP_TIMEOUT = 90
+
+
+def stop(settings: Settings, timeout: float = STOP_TIMEOUT) -> bool:
     """SIGTERM to the hub of the pid file (it stops every user's server and the proxy), waiting until it is gone;
     False when none was running."""
     pid = running_pid(settings)

@@ -302,3 +302,16 @@ def test_a_learner_changes_their_password_with_passwd():
             pamela.authenticate(name, "Old-pass-123", service="login")
     finally:
         subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+def test_stop_waits_longer_than_the_hub_takes_to_stop_a_server():
+    """`stop` waits for the hub as long as systemd does, longer than LocalProcessSpawner may take to stop a server
+    (SIGINT, SIGTERM after interrupt_timeout, SIGKILL after term_timeout, kill_timeout): a fresh clone's CI saw the hub
+    still stopping a learner's server after the 60 s the tool used to wait."""
+    from jupyterhub.spawner import LocalProcessSpawner
+
+    config = (ROOT / "hub" / "jupyterhub_config.py").read_text()
+    assert not re.search(r"\b(interrupt|term|kill)_timeout\b", config), "the config sets a spawner stop timeout"
+    worst = sum(getattr(LocalProcessSpawner, f"{t}_timeout").default_value for t in ("interrupt", "term", "kill"))
+    assert tritonhub_ops.STOP_TIMEOUT > worst
+    assert f"TimeoutStopSec={tritonhub_ops.STOP_TIMEOUT}\n" in (ROOT / "hub" / "tritonhub.service").read_text()
