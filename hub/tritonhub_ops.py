@@ -133,8 +133,10 @@ def stop(settings: Settings, timeout: float = STOP_TIMEOUT) -> bool:
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     if _alive(pid):
-        sys.exit(f"tritonhub: the hub (pid {pid}) is still running {timeout:.0f} s after SIGTERM; see "
-                 f"{log_file(settings)}")
+        log = log_file(settings)
+        tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
+        sys.exit(f"tritonhub: the hub (pid {pid}) is still running {timeout:.0f} s after SIGTERM; the end of {log}:\n"
+                 + "\n".join(tail))
     print(f"tritonhub: stopped the hub (pid {pid}) and its users' servers")
     return True
 
