@@ -30,6 +30,27 @@ def _descriptor(desc_or_ptr, rows, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _key_loop(acc, l_i, m_i, q, desc_k, desc_v, row0, hi, offs_m, offs_n, qk_scale, BLOCK_N: tl.constexpr,
+              CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """The online softmax over keys 0 .. hi - 1, the causal mask in every tile: the loop Triton splits."""
+    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = desc_k.load([row0 + start_n, 0])
+        s = tl.dot(q, k.T) * qk_scale
+        if CAUSAL:  # every tile: a score of a key after its query gets -1e6 (0 after exp2)
+            s = s + tl.where(offs_m[:, None] >= start_n + offs_n[None, :], 0.0, -1.0e6)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        v = desc_v.load([row0 + start_n, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
 def ws_attention_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, seq_len, sm_scale, HEAD_DIM: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                         WARP_SPECIALIZE: tl.constexpr, LPT: tl.constexpr = False):
@@ -62,20 +83,8 @@ def ws_attention_kernel(desc_q, desc_k, desc_v, desc_o, lse_ptr, seq_len, sm_sca
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
     hi = (pid_m + 1) * BLOCK_M if CAUSAL else seq_len
-    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = desc_k.load([row0 + start_n, 0])
-        s = tl.dot(q, k.T) * qk_scale
-        if CAUSAL:  # every tile: a score of a key after its query gets -1e6 (0 after exp2)
-            s = s + tl.where(offs_m[:, None] >= start_n + offs_n[None, :], 0.0, -1.0e6)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        acc = acc * alpha[:, None]
-        v = desc_v.load([row0 + start_n, 0])
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        m_i = m_new
+    acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, desc_k, desc_v, row0, hi, offs_m, offs_n, qk_scale, BLOCK_N, CAUSAL,
+                              WARP_SPECIALIZE)
     acc = acc / l_i[:, None]
     desc_o.store([row0 + pid_m * BLOCK_M, 0], acc.to(q.dtype))
     tl.store(lse_ptr + pid_bh * seq_len + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453)
@@ -106,20 +115,8 @@ def ws_persistent_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_len, n_bh, sm_
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
         hi = (pid_m + 1) * BLOCK_M if CAUSAL else seq_len
-        for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-            start_n = tl.multiple_of(start_n, BLOCK_N)
-            k = desc_k.load([row0 + start_n, 0])
-            s = tl.dot(q, k.T) * qk_scale
-            if CAUSAL:
-                s = s + tl.where(offs_m[:, None] >= start_n + offs_n[None, :], 0.0, -1.0e6)
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            v = desc_v.load([row0 + start_n, 0])
-            acc = tl.dot(p.to(v.dtype), v, acc)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            m_i = m_new
+        acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, desc_k, desc_v, row0, hi, offs_m, offs_n, qk_scale, BLOCK_N,
+                                  CAUSAL, WARP_SPECIALIZE)
         acc = acc / l_i[:, None]
         desc_o.store([row0 + pid_m * BLOCK_M, 0], acc.to(q.dtype))
         tl.store(lse_ptr + pid_bh * seq_len + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453)
