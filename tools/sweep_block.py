@@ -231,35 +231,29 @@ def part_backward(nb, repeats):
                "dq64x32s3": {**base, "dq": (64, 32, 4, 3)},
                "dq128x32w8s3": {**base, "dq": (128, 32, 8, 3)}}
 
-    for name, cfg in configs.items():
-        def run(cfg=cfg):
-            nb.BWD_CONFIG["cuda_d128"] = cfg
-            return nb.attention_backward(q, k, v, o, lse, do, True)
-        try:
-            got = run()
-            torch.cuda.synchronize()
-        except Exception as err:
-            log(f"  backward {name}: {type(err).__name__}: {str(err)[:160]}")
-            continue
-        err = max((g.float() - r.float()).abs().max().item() / r.float().abs().max().item() for g, r in zip(got, ref))
-        log(f"  backward {name} {cfg}: relative err {err:.2g}")
-        if err < 2e-2:
-            providers[name] = run
     from sweep_backward_tma import tma_dq_backward
 
-    variants = [(f"split {dkdv}", _with_split(nb, lambda: nb.attention_backward(q, k, v, o, lse, do, True), dkdv))
-                for dkdv in (None, (64, 128, 8, 2))]
+    def with_config(cfg):
+        def run():
+            nb.BWD_CONFIG["cuda_d128"] = cfg
+            return nb.attention_backward(q, k, v, o, lse, do, True)
+        return run
+
+    variants = [(f"{name} {cfg}", with_config(cfg)) for name, cfg in configs.items()]
+    variants += [(f"split {dkdv}", _with_split(nb, lambda: nb.attention_backward(q, k, v, o, lse, do, True), dkdv))
+                 for dkdv in (None, (64, 128, 8, 2))]
     variants += [(f"tmadq {cfg}", lambda cfg=cfg: tma_dq_backward(nb, q, k, v, o, lse, do, True, cfg))
                  for cfg in TMA_DQ_CONFIGS]
-    for name, run in variants:
+    for label, run in variants:
+        name = label.split(" {")[0]  # the notebook's configurations by name alone, as before
         try:
             got = run()
             torch.cuda.synchronize()
         except Exception as err:
-            log(f"  backward {name}: {type(err).__name__}: {str(err)[:160]}")
+            log(f"  backward {label}: {type(err).__name__}: {str(err)[:160]}")
             continue
         err = max((g.float() - r.float()).abs().max().item() / r.float().abs().max().item() for g, r in zip(got, ref))
-        log(f"  backward {name}: relative err {err:.2g}")
+        log(f"  backward {label}: relative err {err:.2g}")
         if err < 2e-2:
             providers[name] = run
     _report("backward", providers, repeats, flops=10 * B * H * S * S * D / 2)
