@@ -109,41 +109,21 @@ def compile_stats() -> None:
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from sweep_registers import _compile, ptxas_stats, split_words
+    from sweep_registers import compile_for_hopper, ptxas_stats, split_words
 
-    fn = tma_dq_dkdv_kernel
-    sig, const, attrs = {}, {}, {}
-    for i, n in enumerate(fn.arg_names):
-        if n.endswith("_ptr"):
-            sig[n] = "*fp32" if n in ("lse_ptr", "delta_ptr", "dq_ptr") else "*fp16"
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif n.startswith("stride_") and n.endswith("d"):
-            sig[n], const[n] = "constexpr", 1
-        elif n.startswith("stride_") or n in ("n_heads", "seq_len", "rows"):
-            sig[n] = "i32"
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif n == "sm_scale":
-            sig[n] = "fp32"
     for d, cfgs in ((128, ((64, 64, 4, 2), (64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (32, 128, 8, 3))),
                     (64, ((64, 128, 8, 2), (64, 64, 4, 3)))):
         for cfg in cfgs:
             for causal in (False, True):
-                c = _compile(fn, sig, {**const, "HEAD_DIM": d, "BLOCK_M": cfg[0], "BLOCK_N": cfg[1], "CAUSAL": causal},
-                             attrs, cfg)
+                c = compile_for_hopper(tma_dq_dkdv_kernel, d, cfg, causal)
                 print(f"d{d} {cfg} causal={causal}: {ptxas_stats(c)} (registers, spill bytes, shared bytes)", flush=True)
-    fn = ws_dkdv_kernel
-    sig = {n: ("*fp32" if n in ("lse_ptr", "delta_ptr") else "*fp16") if n.endswith("_ptr") else
-           "fp32" if n == "sm_scale" else "i32" for n in fn.arg_names if not n.isupper()}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in sig and n != "sm_scale"}
     for cfg in ((64, 128, 4, 2), (64, 128, 8, 2)):
         label = f"ws_dkdv_kernel d128 {cfg} warp_specialize=True"
         try:
-            c = _compile(fn, sig, {"HEAD_DIM": 128, "BLOCK_M": cfg[0], "BLOCK_N": cfg[1], "CAUSAL": True,
-                                   "WARP_SPECIALIZE": True}, attrs, cfg)
+            c = compile_for_hopper(ws_dkdv_kernel, 128, cfg, True, WARP_SPECIALIZE=True)
             print(f"{label}: {ptxas_stats(c)}; {split_words(c)}", flush=True)
         except Exception as err:
             print(f"{label}: {type(err).__name__}: {str(err)[:80]}", flush=True)
-
 
 
 @triton.jit

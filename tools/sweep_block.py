@@ -239,13 +239,15 @@ def part_backward(nb, repeats):
             return nb.attention_backward(q, k, v, o, lse, do, True)
         return run
 
-    variants = [(f"{name} {cfg}", with_config(cfg)) for name, cfg in configs.items()]
-    variants += [(f"split {dkdv}", _with_split(nb, lambda: nb.attention_backward(q, k, v, o, lse, do, True), dkdv))
-                 for dkdv in (None, (64, 128, 8, 2))]
-    variants += [(f"tmadq {cfg}", lambda cfg=cfg: tma_dq_backward(nb, q, k, v, o, lse, do, True, cfg))
-                 for cfg in TMA_DQ_CONFIGS]
-    for label, run in variants:
-        name = label.split(" {")[0]  # the notebook's configurations by name alone, as before
+    # (provider, what the log says of it, run)
+    variants = [(name, f"{name} {cfg}", with_config(cfg)) for name, cfg in configs.items()]
+    for dkdv in (None, (64, 128, 8, 2)):
+        run = _with_split(nb, lambda: nb.attention_backward(q, k, v, o, lse, do, True), dkdv)
+        variants.append((f"split {dkdv}", f"split {dkdv}", run))
+    for cfg in TMA_DQ_CONFIGS:
+        run = lambda cfg=cfg: tma_dq_backward(nb, q, k, v, o, lse, do, True, cfg)  # noqa: E731
+        variants.append((f"tmadq {cfg}", f"tmadq {cfg}", run))
+    for name, label, run in variants:
         try:
             got = run()
             torch.cuda.synchronize()

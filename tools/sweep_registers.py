@@ -101,9 +101,9 @@ def split_words(compiled) -> str:
 FP32_POINTERS = ("lse_ptr", "delta_ptr", "dq_ptr")  # the LSE, phase 7's D and its atomically added dQ; the rest fp16
 
 
-def compile_for_hopper(fn, head_dim, cfg, causal):
+def compile_for_hopper(fn, head_dim, cfg, causal, **constexprs):
     """A pointer kernel of phases 6 and 7 (their argument names) for sm_90a, as launched on contiguous fp16 tensors;
-    phase 7's dK/dV kernel with ATOMIC_DQ off."""
+    phase 7's dK/dV kernel with ATOMIC_DQ off; ``constexprs``: a variant's own (WARP_SPECIALIZE=True...)."""
     bm, bn = cfg[:2]
     sig, const, attrs = {}, {}, {}
     for i, n in enumerate(fn.arg_names):
@@ -112,7 +112,7 @@ def compile_for_hopper(fn, head_dim, cfg, causal):
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif n.startswith("stride_") and n.endswith("d"):  # the last dimension's stride: 1, a constant
             sig[n], const[n] = "constexpr", 1
-        elif n.startswith("stride_") or n in ("n_heads", "seq_len"):
+        elif n.startswith("stride_") or n in ("n_heads", "seq_len", "rows"):
             sig[n] = "i32"
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif n == "sm_scale":
@@ -120,6 +120,7 @@ def compile_for_hopper(fn, head_dim, cfg, causal):
     const.update(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal)
     if "ATOMIC_DQ" in fn.arg_names:
         const["ATOMIC_DQ"] = False
+    const.update(constexprs)
     return _compile(fn, sig, const, attrs, cfg)
 
 
