@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import pwd
+import signal
 import subprocess
 import sys
 
@@ -32,6 +33,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(sys._getframe(0).f_code.co_fi
 import tritonhub_limits  # noqa: E402
 
 c = get_config()  # noqa: F821
+
+# ---- a hub started from a background job (`tritonhub.py start --daemon` in a script, `cmd &` in a shell without job
+# control) inherits SIGINT ignored, and so would its managed services (the idle culler, the exchange's hand-in service),
+# which it starts before it installs its own handlers: each would then ignore the SIGINT the hub stops it with and be
+# stopped by SIGTERM only after the services' interrupt_timeout, 30 s each, at every stop of the hub. A process
+# started with SIGINT handled gets it back at its default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 s = json.load(open(os.environ["TRITONHUB_SETTINGS"]))
 state = s["state"]
 

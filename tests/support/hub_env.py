@@ -176,7 +176,7 @@ class Hub:
         self.log = open(self.scratch / "jupyterhub.log", "wb")
         self.proc = subprocess.Popen([str(self.venv / "bin" / "jupyterhub"), "-f", str(ROOT / "hub" / "jupyterhub_config.py")],
                                      cwd=self.state, env=env, stdin=subprocess.PIPE, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_sigint_ignored)
         wait_until_answers(lambda: urllib.request.urlopen(f"{self.base}/hub/api/", timeout=5).read(), self.proc, 90,
                            "jupyterhub", self.log_text)
 
@@ -225,6 +225,12 @@ class Hub:
     def pids_of(self, user: str) -> list[int]:
         out = subprocess.run(["pgrep", "-u", user], capture_output=True, text=True).stdout
         return [int(p) for p in out.split()]
+
+
+def _sigint_ignored() -> None:
+    """The hub starts as from a background job of a shell without job control (CI's runner, `cmd &` in a script):
+    SIGINT ignored, which the processes it starts inherit unless the hub's configuration restores it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
