@@ -190,6 +190,9 @@ def main() -> int:
     ap.add_argument("--write-docs", action="store_true", help="rewrite the timing section of docs/INSTRUCTORS.md")
     ap.add_argument("--out", type=Path, help="JSON results (default: results/grading-cpu.json or -gpu.json)")
     ap.add_argument("--from-json", type=Path, help="measure nothing: print (and --write-docs) an earlier result")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep what the record at --out already holds from this device and measure only the rest "
+                    "(a run cut short by a time limit, e.g. the device machine's 10-minute call, completed by another)")
     args = ap.parse_args()
     if args.from_json:
         r = json.loads(args.from_json.read_text())
@@ -205,12 +208,17 @@ def main() -> int:
         print(f"generated the {len(ASSIGNMENTS)} assignments in {gen:.0f} s", flush=True)
         r = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "device": dev,
              "python": platform.python_version(), "generate_seconds": round(gen, 1), "one_learner": {}}
+        if args.resume and out.exists():
+            r = kept(json.loads(out.read_text()), r, args)
+            loads += [r.get("load_min", loads[0]), r.get("load_max", loads[0])]
 
         def save() -> None:  # after every stage, so a run stopped at a time limit keeps what it measured
             r["load_min"], r["load_max"] = min(loads), max(loads)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(r, indent=1) + "\n")
         for label, jobs in (("jobs1", 1), ("jobsN", args.jobs)):
+            if label in r["one_learner"]:
+                continue
             course = course_with(base, tmp, f"solo-{jobs}", {"solo": ASSIGNMENTS})
             r["one_learner"][label] = res = grade(course, jobs, args.grade_flag)
             loads += [res["load_before"], res["load_after"]]
@@ -219,7 +227,7 @@ def main() -> int:
                   flush=True)
             shutil.rmtree(course)
             save()
-        if args.class_size:
+        if args.class_size and r.get("class", {}).get("learners") != args.class_size:
             course = course_with(base, tmp, "class", {f"s{i:03d}": ASSIGNMENTS for i in range(args.class_size)})
             res = grade(course, args.jobs, args.grade_flag)
             loads += [res["load_before"], res["load_after"]]
@@ -251,6 +259,24 @@ def main() -> int:
             print(f"plain nbgrader autograde, {res['notebooks']} notebooks: {res['wall']:.0f} s", flush=True)
         save()
     return write(r, args.write_docs)
+
+
+def kept(old: dict, new: dict, args: argparse.Namespace) -> dict:
+    """The earlier record's stages that this run would measure alike (same device, Python and phases, same --jobs),
+    under this run's header; the date says when the record began."""
+    same = (old.get("device") == new["device"] and old.get("python") == new["python"]
+            and all(set(k.split("/")[0] for k in s["per_notebook"]) == set(ASSIGNMENTS)
+                    for s in old.get("one_learner", {}).values()))
+    if not same:
+        print("--resume: the record at --out is of another device, Python or set of phases: measuring it all", flush=True)
+        return new
+    r = dict(new, date=old["date"], one_learner={k: v for k, v in old.get("one_learner", {}).items()
+                                                 if k == "jobs1" or v["jobs"] == args.jobs})
+    if old.get("class", {}).get("jobs") == args.jobs:
+        r["class"] = old["class"]
+    print(f"--resume: kept {', '.join([*r['one_learner'], *(['class'] if 'class' in r else [])]) or 'nothing'}",
+          flush=True)
+    return r
 
 
 def sandbox_overhead(rounds: int, dev: str, extra: list[str], out: Path | None) -> int:
