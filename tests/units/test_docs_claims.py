@@ -53,6 +53,17 @@ def test_grading_speed_is_rendered_from_its_record(tools):
         assert not re.search(r"(all|every) (five|six) (notebooks|phases)", block + sentence)
 
 
+def test_gpu_grading_speed_is_rendered_from_its_record(tools):
+    """The GPU timing of docs/INSTRUCTORS.md section 9 is what tools/grading_speed.py writes from
+    results/grading-gpu.json, in its own markers (a GPU record written with --write-docs never replaces the CPU's)."""
+    _, speed = tools
+    record = json.loads((ROOT / "results" / "grading-gpu.json").read_text())
+    assert record["device"].startswith("gpu")
+    block = INSTRUCTORS[INSTRUCTORS.index(speed.GPU_BEGIN) + len(speed.GPU_BEGIN):INSTRUCTORS.index(speed.GPU_END)]
+    assert block.strip() == speed.markdown(record).strip(), "rerun tools/grading_speed.py --from-json ... --write-docs"
+    assert INSTRUCTORS.index(speed.END) < INSTRUCTORS.index(speed.GPU_BEGIN)
+
+
 def test_historical_gpu_grading_says_so():
     """A grading run in results/gpu-results.json that lacks a phase of today's course is labelled historical and
     points to docs/GPU-RUNS.md."""
