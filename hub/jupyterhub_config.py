@@ -37,7 +37,7 @@ c = get_config()  # noqa: F821
 # ---- a hub started from a background job (`tritonhub.py start --daemon` in a script, `cmd &` in a shell without job
 # control) inherits SIGINT ignored, and so would its managed services (the idle culler, the exchange's hand-in service),
 # which it starts before it installs its own handlers: each would then ignore the SIGINT the hub stops it with and be
-# stopped by SIGTERM only after the services' interrupt_timeout, 30 s each, at every stop of the hub. A process
+# stopped by SIGTERM only 30 s later each (JupyterHub's wait after its SIGINT), at every stop of the hub. A process
 # started with SIGINT handled gets it back at its default.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
