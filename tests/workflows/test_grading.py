@@ -37,7 +37,7 @@ FLAGS = tuple(f"{key}={value}" for key, value in _FLAGS.items())
 # An endless loop waits for every limit it meets (the notebook's cell that runs the kernel, then each failing test),
 # spinning a core all the while: its learner is graded in a course copy of its own, at the same time as the others,
 # with phase 1's largest sizes scaled down (tests/support/course.py SCALED_DOWN, as the classroom's class) and the
-# classroom's limits (tests/support/baseline.py: 0.08 of each test's, 9.6 s, and a 15 s cell limit): the same verdicts
+# classroom's limits (tests/support/baseline.py: 0.12 of each test's, 14.4 s, and a 15 s cell limit): the same verdicts
 # ("did not finish", 0 points for those tests; its full-blocks test, under a second at the scaled sizes, passes) much
 # sooner (0.15 and 20 s at the real sizes before, whose full-blocks test took 3-9 s on a loaded 2-core machine). On a
 # GPU (compute-sanitizer: ~10 s a correct test) and wherever TRITONCOURSE_GRADING_FLAGS says, the usual limits and
