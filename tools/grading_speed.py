@@ -271,8 +271,8 @@ def kept(old: dict, new: dict, args: argparse.Namespace) -> dict:
     if not same:
         print("--resume: the record at --out is of another device, Python or set of phases: measuring it all", flush=True)
         return new
-    r = dict(new, date=old["date"], load_min=old["load_min"], load_max=old["load_max"], one_learner={k: v for k, v in old.get("one_learner", {}).items()
-                                                 if k == "jobs1" or v["jobs"] == args.jobs})
+    stages = {k: v for k, v in old.get("one_learner", {}).items() if k == "jobs1" or v["jobs"] == args.jobs}
+    r = dict(new, date=old["date"], load_min=old["load_min"], load_max=old["load_max"], one_learner=stages)
     if old.get("class", {}).get("jobs") == args.jobs:
         r["class"] = old["class"]
     print(f"--resume: kept {', '.join([*r['one_learner'], *(['class'] if 'class' in r else [])]) or 'nothing'}",
