@@ -31,7 +31,7 @@ RETAKE = "01_vector_add_retake"  # a second assignment: trouble in one must not 
 # down (tests/support/course.py) a correct test took 0.2-0.7 s in the parallel class at a load of 3 on this 2-core
 # machine; the endless learner, the class's slowest, went from 160 s to about a third of that. At 0.08 * 120 s a fresh
 # clone's `make test` (2026-11-29, a slow hour) once saw a correct retake's test_vector_add_block_sizes (0.3-2.4 s in the
-# same class) stopped at 9.8 s: 0.12 (14 s, about 12 s more of the class's wall time through the endless learner).
+# same class) stopped at 9.8 s: 0.12 (14 s; each of the endless learner's five tests waits that long).
 TIMEOUT_FACTOR = 0.12
 CELL_TIMEOUT = 15
 # The ordinary learners among the troubles (fixtures of tests/submissions/01_vector_add/, each judged in
