@@ -79,6 +79,11 @@ def log_file(settings: Settings) -> Path:
     return Path(settings.state) / "jupyterhub.log"
 
 
+def _tail(log: Path, lines: int = 30) -> str:
+    """The last lines of the hub's log (none when it is missing), for a message that outlives the log's folder."""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
+
+
 def running_pid(settings: Settings) -> int | None:
     """The hub's pid when its pid file names a live JupyterHub."""
     try:
@@ -104,8 +109,7 @@ def start_daemon(settings: Settings, cmd: list[str], env: dict, timeout: float =
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = log.read_text(errors="replace").splitlines()[-30:]
-            sys.exit("tritonhub: the hub stopped at once; the end of " + str(log) + ":\n" + "\n".join(tail))
+            sys.exit(f"tritonhub: the hub stopped at once; the end of {log}:\n{_tail(log)}")
         if running_pid(settings) == proc.pid:
             print(f"tritonhub: the hub runs (pid {proc.pid}, pid file {pid_file(settings)}); log {log}; "
                   f"stop with `python3 hub/tritonhub.py stop --state {settings.state}`")
@@ -134,9 +138,8 @@ def stop(settings: Settings, timeout: float = STOP_TIMEOUT) -> bool:
         time.sleep(0.2)
     if _alive(pid):
         log = log_file(settings)
-        tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
         sys.exit(f"tritonhub: the hub (pid {pid}) is still running {timeout:.0f} s after SIGTERM; the end of {log}:\n"
-                 + "\n".join(tail))
+                 f"{_tail(log)}")
     print(f"tritonhub: stopped the hub (pid {pid}) and its users' servers")
     return True
 
