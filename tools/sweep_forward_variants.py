@@ -10,7 +10,8 @@ notebook's wrapper does (grid (cdiv(S, BLOCK_M), B*H), B 4 x H 8, fp16). NAME: n
 kernel, nbold / tma2 the kernels of tools/sweep_forward_kernels.py (its docstring says what each is), pp2
 tools/sweep_forward_pp2.py's (two query tiles a program), ws1 / ws2 / ws3 tools/sweep_forward_ws.py's (one key loop,
 which Triton splits into warp groups: ws1 with host descriptors at BLOCK_M 64 and 4 warps, ws2 with descriptors made
-in the kernel at BLOCK_M 64 or 128 and 4 warps, ws3 ws2 made persistent). Every other item launches through
+in the kernel at BLOCK_M 64 or 128 and 4 warps, ws3 ws2 made persistent), gl tools/sweep_forward_gluon.py's (Gluon,
+FlashAttention-3's overlap written out; maxnreg: its consumer groups' registers). Every other item launches through
 sweep_attention.forward_launcher. Tags: d64 / d128 keep an item to that head_dim, causal / full to that mask, rev
 (tma2: causal tiles in reverse order), const (tma2: seq_len a constexpr), ws (ws1, ws2, ws3: warp_specialize on), lpt
 (ws2: the heaviest causal query tiles first, across every head), x2 (ws3: two programs an SM). --tma adds
@@ -79,14 +80,15 @@ def main() -> None:
     nb6 = reference_module("06_fused_attention")
     spec = parse_spec(args.spec)
     import sweep_forward_kernels as variants
+    import sweep_forward_gluon
     import sweep_forward_pp2
     import sweep_forward_ws
 
     kernels = {"nb": nb6.triton_attention_kernel, "v2": nb6.triton_attention_kernel,
                "nbold": variants.old_attention_kernel, "pp2": sweep_forward_pp2.pp2_attention_kernel, "tma2": None,
-               "ws1": None, "ws2": None, "ws3": None}
+               "ws1": None, "ws2": None, "ws3": None, "gl": None}
     runners = {"tma2": variants.tma2_runner, "ws1": sweep_forward_ws.ws1_runner, "ws2": sweep_forward_ws.ws2_runner,
-               "ws3": sweep_forward_ws.ws3_runner}
+               "ws3": sweep_forward_ws.ws3_runner, "gl": sweep_forward_gluon.gl_runner}
     tma = [(tuple(int(x) for x in t.split("@")[0].split(",")), t.endswith("@ws"))
            for t in filter(None, args.tma.split(";"))]
     shapes = [(d, bool(int(c)), S) for d in map(int, args.head_dims.split(",")) for c in args.causal.split(",")

@@ -1,9 +1,13 @@
-"""tritoncourse/hopper.py, phase 6's optional Hopper section (read and measured on a GPU, never graded).
+"""tritoncourse/hopper.py and hopper_gluon.py, phase 6's optional Hopper section (read and measured on a GPU, never
+graded).
 
 Its kernel against SDPA on fresh random inputs, both ways it gets its descriptors (made on the host without warp
 specialization, made in the kernel with it: the causal case then runs one loop, masked in every tile), causal or
 not, several key and query tiles; and the section's claim that Triton 3.6 splits the warp-specialized loop into warp
-groups at 128-row tiles with four warps, checked by compiling for an H100 here, as phase 5's section 9 does.
+groups at 128-row tiles with four warps, checked by compiling for an H100 here, as phase 5's section 9 does. The Gluon
+kernel (FlashAttention-3's overlap written out) against the same reference on a Hopper GPU, fp16 and bf16 (Triton's
+interpreter does not run Gluon), and compiled for an H100 here: its three partitions, its registers, and the overlap
+itself (a wait that leaves one product in flight).
 """
 from __future__ import annotations
 
@@ -51,3 +55,72 @@ def test_warp_specialized_loop_splits_into_warp_groups():
     assert re.search(r"\.reqntid 384\b", compiled.asm["ptx"]), "not 12 warps (384 threads) a program"
     counts = {int(n) for n in re.findall(r"setmaxnreg[.\w]*\s+(\d+)", compiled.asm["ptx"])}
     assert {40, 232} <= counts, counts
+
+
+def _reference(q, k, v, causal):
+    """O and the natural-log LSE in fp32, from the scores themselves."""
+    qf, kf, vf = q.float(), k.float(), v.float()
+    scores = qf @ kf.transpose(-1, -2) / q.shape[-1]**0.5
+    if causal:
+        n = q.shape[2]
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(scores, -1) @ vf, torch.logsumexp(scores, -1)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="Gluon runs compiled only: Triton's interpreter does not run it")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gluon_attention_matches_the_reference(dtype, head_dim, causal):
+    from tritoncourse import hopper_gluon
+
+    torch.manual_seed(2000 + head_dim + causal)
+    # 640 keys: five key tiles, more than the rings' stages, so every buffer is reused; three (batch, head) pairs
+    q, k, v = (torch.randn(1, 3, 640, head_dim, device=DEVICE, dtype=dtype) for _ in range(3))
+    o, lse, _ = hopper_gluon.gluon_attention(q, k, v, causal)
+    ref_o, ref_lse = _reference(q, k, v, causal)
+    (atol, rtol), (l_atol, l_rtol), why = attention_tolerances(v, ref_lse, DEVICE)
+    torch.testing.assert_close(o.float(), ref_o, atol=atol, rtol=rtol, msg=lambda m: m + why)
+    torch.testing.assert_close(lse, ref_lse, atol=l_atol, rtol=l_rtol)
+
+
+def _compile_gluon_for_h100(causal: bool, head_dim: int):
+    """The Gluon kernel compiled for sm_90a here, without a GPU (as tritoncourse.compiled does for @triton.jit)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import create_function_from_signature
+
+    from tritoncourse import hopper_gluon
+
+    jit = hopper_gluon.gluon_attention_kernel
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    rows = torch.empty(4096, head_dim, dtype=torch.float16)
+    descs = [TensorDescriptor.from_tensor(rows, [block, head_dim], gl.NVMMASharedLayout.get_default_for(
+        [block, head_dim], gl.float16)) for block in (64, 128, 128, 64)]
+    kwargs = dict(CAUSAL=causal, STAGES=2, CONSUMER_REGS=232, num_warps=4)
+    binder = create_function_from_signature(jit.signature, jit.params, backend)
+    bound, specialization, options = binder(*descs, torch.empty(4096), 4096, 0.18, **kwargs)
+    options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
+    return triton.compile(GluonASTSource(jit, signature, constexprs, attrs), target=target, options=options.__dict__)
+
+
+def test_gluon_kernel_overlaps_its_products_in_three_partitions():
+    compiled = _compile_gluon_for_h100(causal=True, head_dim=128)
+    ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+    # the notebook's prose: two consumer groups of 4 warps (the default partition and a worker) and a 1-warp producer;
+    # warps are given by groups of 4, so 12 warps (384 threads) a program, 232 registers a consumer thread, 24 the
+    # producer's
+    assert re.search(r"ttg\.warp_specialize\(.*requestedRegisters = array<i32: 232, 24>", ttgir), "not the partitions asked"
+    assert re.findall(r"\bnum_warps\((\d+)\) \{", ttgir) == ["4", "1"], "the workers are not 4 warps and 1"
+    assert re.search(r"\.reqntid 384\b", ptx), "not 12 warps (384 threads) a program"
+    counts = {int(n) for n in re.findall(r"setmaxnreg[.\w]*\s+(\d+)", ptx)}
+    assert {24, 232} <= counts, counts
+    # the overlap: Q·Kᵀ and P·V are asynchronous wgmma, and the loop waits for the scores with one product (P·V)
+    # still in flight
+    assert "wgmma.mma_async" in ptx
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned 1;", ptx), "no wait leaves a product in flight"

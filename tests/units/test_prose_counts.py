@@ -216,7 +216,9 @@ COUNTS_ALLOWED = {
                            "(12 warps in all": "tests/units/test_hopper.py: the warp-specialized kernel compiled "
                                                "for sm_90a here (its PTX's .reqntid 384)",
                            "232 registers a thread and the producer 40": "tests/units/test_hopper.py: the same "
-                                                                         "kernel's setmaxnreg counts"},
+                                                                         "kernel's setmaxnreg counts",
+                           "(two groups of 4 warps": "tests/units/test_hopper.py: the Gluon kernel compiled for "
+                                                     "sm_90a here (its partitions' num_warps 4 and 1)"},
     "07_attention_backward": {"15 to 20 minutes for the derivation": "a split of the card's 100-140 minutes: "
                               "15-20, 10-15, 40-55, 20-25 and 15-25 add up to it",
                               "2 × 128 × 128 fp32 values, need 256 registers a thread with 4 warps":

@@ -171,7 +171,8 @@ EXPLORATION = {
     "03_matmul_relu": ["624", "580", "1.00", "0.93", "575", "541"],  # 128x256 against 128x128 tiles
     "05_autotuning": ["706", "614"],  # the autotuner's cold first config
     # a choice of the autotuner at seq_len 1024; the same kernel at seq_len 1024 launched without the wrapper
-    "06_fused_attention": ["54", "1.29", "1.22"],
+    # and the range of the best Triton kernel of the Hopper section at each shape, beside the Gluon kernel
+    "06_fused_attention": ["54", "1.29", "1.22", "0.75", "0.97"],
     "07_attention_backward": ["3.2"],  # the d=128 dK/dV kernel's tiles, 4.9 ms before the sweep, 1.5 ms after
 }
 
