@@ -182,10 +182,13 @@ def build_class(c: Course) -> list[Learner]:
     for gid, outs in ref_outputs.items():
         foreign.cells[ids(foreign)[gid]].outputs = outs
         foreign.cells[ids(foreign)[gid]].execution_count = 7
-    learners.append(Learner("others_outputs", "outputs of another learner's passing run (its own kernel "
-                            "forgets the mask)", foreign, set(_fixture("wrong_no_mask").expect_fail), serial=False))
-    learners.append(Learner("renamed", "notebook renamed to 01_vector_add-Copy1.ipynb", source,
-                            filename=f"{A}-Copy1.ipynb", serial=False))
+    # Handed in renamed too (a browser's -Copy1 suffix), which plain nbgrader cannot read: one grading proves both
+    # that the renamed notebook is found and graded as the learner's (its kernel's own four tests lost, no more, no
+    # fewer) and that the planted outputs gain nothing (2026-11-29; a `renamed` learner handed in the source
+    # notebook apart before, a whole grading of the reference's kernel, ~10 s, again).
+    learners.append(Learner("others_outputs", "outputs of another learner's passing run (its own kernel forgets the "
+                            "mask), the notebook renamed to 01_vector_add-Copy1.ipynb", foreign,
+                            set(_fixture("wrong_no_mask").expect_fail), filename=f"{A}-Copy1.ipynb", serial=False))
     learners.append(Learner("not_json", "the file is not JSON", "{ this is not a notebook", serial=False,
                             retake=True, precheck_error="not JSON"))
     learners.append(Learner("empty", "an empty submission folder", None, serial=False,

@@ -122,7 +122,7 @@ def test_every_learner_is_graded_or_has_a_recorded_reason(graded_class):
             assert entry["status"] == "graded", (learner.name, entry)
             for gid, failure in entry["failed_tests"].items():
                 assert isinstance(failure["seed"], int), (learner.name, gid, failure)  # reproducible
-    assert "renamed notebook" in " ".join(state[f"{A}/renamed"]["notes"])
+    assert "renamed notebook" in " ".join(state[f"{A}/others_outputs"]["notes"])
     assert g.second_run.returncode == 1  # the two unreadable submissions are reported
     assert "not_json" in g.second_run.stdout and "empty" in g.second_run.stdout
 
