@@ -17,6 +17,8 @@ backward: the notebook's backward alone at that shape, BWD_CONFIG's head_dim-128
           unmasked tiles) in the notebook's place, "tmadq..." tools/sweep_backward_tma.py's backward (one kernel,
           dQ added by descriptor reduces) at its tiles.
 step3:    the step on SDPA's default, on the notebook's op, on the op with the split dK/dV kernel and with tmadq.
+gluon:    tools/sweep_backward_gluon.py's backward alone (causal at the step's shape, not causal at head_dim 64)
+          against cuDNN's and the notebook's, then the step with it in the notebook's op.
 step2, profile2: the step on SDPA's default, on the notebook's op and on "old" (the op as it was before: its
           q, k, v copied by .contiguous(), twice, and O contiguous); the profile of SDPA's and the notebook's.
 stats:    the compiled kernels of the notebook's forward and backward at the step's shape (registers, spills, shared
@@ -124,6 +126,66 @@ def _with_tma_dq(nb, fn, cfg):
 
 
 TMA_DQ_CONFIGS = ((64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 8, 2), (64, 128, 8, 2))
+
+# tools/sweep_backward_gluon.py's tiles: (dK/dV (BLOCK_M, stages, registers), dQ (BLOCK_N, stages, registers))
+GLUON_CONFIGS = (((64, 2, 240), (64, 2, 232)), ((64, 3, 240), (64, 3, 232)), ((64, 2, 240), (128, 2, 240)))
+
+
+def _with_gluon(nb, fn, cfg):
+    """``fn`` run with tools/sweep_backward_gluon.py's backward as the notebook's."""
+    from sweep_backward_gluon import gluon_backward
+
+    def run():
+        saved = nb.attention_backward
+        nb.attention_backward = lambda q, k, v, o, lse, do, causal=False, sm_scale=None: gluon_backward(
+            q, k, v, o, lse, do, causal, sm_scale, *cfg)
+        try:
+            return fn()
+        finally:
+            nb.attention_backward = saved
+    return run
+
+
+def part_gluon(nb, repeats):
+    """The Gluon backward alone against cuDNN's and the notebook's (every variant checked against SDPA's gradients
+    first, at the step's shape and strides and not causal at head_dim 64 too), then the step with it."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from sweep_backward_gluon import gluon_backward
+
+    for causal, d in ((True, D), (False, 64)):
+        torch.manual_seed(0)
+        qkv = torch.randn(B, S, 3, H, d, device="cuda", dtype=torch.float16).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        do = torch.randn(B, S, H, d, device="cuda", dtype=torch.float16).transpose(1, 2)
+        o, lse = nb.attention_forward(q, k, v, causal)
+        qr, kr, vr = (t.detach().requires_grad_() for t in (q, k, v))
+        ref = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal),
+                                  (qr, kr, vr), do)
+        providers = {"cudnn": _sdpa_backward(q, k, v, do, causal, SDPBackend.CUDNN_ATTENTION),
+                     "nb": lambda: nb.attention_backward(q, k, v, o, lse, do, causal)}
+        for cfg in GLUON_CONFIGS:
+            run = lambda cfg=cfg: gluon_backward(q, k, v, o, lse, do, causal, None, *cfg)  # noqa: E731
+            try:
+                got = run()
+                torch.cuda.synchronize()
+            except Exception as err:
+                log(f"  gluon {cfg}: {type(err).__name__}: {str(err)[:300]}")
+                continue
+            errs = [(g.float() - r.float()).abs().max().item() / r.float().abs().max().item() for g, r in zip(got, ref)]
+            log(f"  gluon {cfg} d{d} causal={causal}: relative errors dQ, dK, dV " + ", ".join(f"{e:.2g}" for e in errs))
+            if max(errs) < 2e-2:
+                providers[f"gluon {cfg}"] = run
+        _report(f"backward d{d} causal={causal}", providers, repeats, flops=10 * B * H * S * S * d / (2 if causal else 1))
+    steps = _steps(nb, ("sdpa", "op"))
+    for cfg in GLUON_CONFIGS[:2]:
+        steps[f"op+gluon {cfg}"] = _with_gluon(nb, steps["op"], cfg)
+    both_ways(steps, 1)
+    graph, bench = both_ways(steps, repeats)
+    for name in steps:
+        log(f"step {name}: do_bench {bench[name]:.3f} ms ({bench['sdpa'] / bench[name]:.3f}x SDPA), "
+            f"graph {graph[name]:.3f} ms ({graph['sdpa'] / graph[name]:.3f}x)")
 
 
 def part_step(nb, repeats, names=("sdpa", "op", "fn", "nc", "bshd"), split=False):
@@ -323,7 +385,8 @@ def main() -> None:
              "step3": lambda: part_step(nb, args.repeats, ("sdpa", "op"), split=True),
              "profile2": lambda: part_profile(nb, ("sdpa", "op")), "stats": lambda: part_stats(nb),
              "forward": lambda: part_forward(nb, args.repeats),
-             "backward": lambda: part_backward(nb, args.repeats)}[part]()
+             "backward": lambda: part_backward(nb, args.repeats),
+             "gluon": lambda: part_gluon(nb, args.repeats)}[part]()
         except Exception:
             traceback.print_exc()
 
