@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_init, warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma, warpgroup_mma_init,
+                                                              warpgroup_mma_wait)
+
+from tritoncourse.hopper_gluon import wgmma_layout
 
 LOG2E = gl.constexpr(1.4426950408889634)
 
@@ -31,6 +33,25 @@ def _desc(ptr, bh, n_heads, stride_b, stride_h, stride_s, seq_len, BLOCK: gl.con
     layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK, HEAD_DIM], ptr.dtype.element_ty)
     return tma.make_tensor_descriptor(ptr + b * stride_b + h * stride_h, [seq_len, HEAD_DIM], [stride_s, 1],
                                       [BLOCK, HEAD_DIM], layout)
+
+
+@gluon.jit
+def _buffers(desc_fa, desc_fb, desc_ma, desc_mb, STAGES: gl.constexpr):
+    """Shared memory for the two fixed tiles' halves (2 each), the rings of the two moving tiles, and the barriers:
+    the fixed tiles', and a ready and an empty one (both consumer groups free a buffer) a stage."""
+    dtype: gl.constexpr = desc_fa.dtype
+    fixed_a = gl.allocate_shared_memory(dtype, [2] + desc_fa.block_type.shape, desc_fa.layout)
+    fixed_b = gl.allocate_shared_memory(dtype, [2] + desc_fb.block_type.shape, desc_fb.layout)
+    ring_a = gl.allocate_shared_memory(dtype, [STAGES] + desc_ma.block_type.shape, desc_ma.layout)
+    ring_b = gl.allocate_shared_memory(dtype, [STAGES] + desc_mb.block_type.shape, desc_mb.layout)
+    fixed_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(fixed_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    return fixed_a, fixed_b, ring_a, ring_b, (fixed_bar, ready, empty)
 
 
 @gluon.jit
@@ -66,10 +87,8 @@ def _dkdv_consumer(GROUP: gl.constexpr, k_smem, v_smem, q_ring, do_ring, bars, l
     HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
     BLOCK_M: gl.constexpr = q_ring.type.shape[1]
     dtype: gl.constexpr = k_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_M, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, HEAD_DIM, 16])
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     cols: gl.constexpr = gl.SliceLayout(0, s_layout)
     k = k_smem.index(GROUP)
@@ -141,20 +160,9 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     desc_do = _desc(do_ptr, bh, n_heads, sdo_b, sdo_h, sdo_s, seq_len, BLOCK_M, HEAD_DIM)
     first = key0 // BLOCK_M if CAUSAL else 0
     n_tiles = seq_len // BLOCK_M - first
-    dtype: gl.constexpr = q_ptr.dtype.element_ty
-    k_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], desc_k.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], desc_v.layout)
-    q_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], desc_q.layout)
-    do_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], desc_do.layout)
-    fixed_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(fixed_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
+    k_smem, v_smem, q_ring, do_ring, bars = _buffers(desc_k, desc_v, desc_q, desc_do, STAGES)
     row = bh * seq_len
-    args = ((desc_k, desc_v, desc_q, desc_do), k_smem, v_smem, q_ring, do_ring, (fixed_bar, ready, empty),
+    args = ((desc_k, desc_v, desc_q, desc_do), k_smem, v_smem, q_ring, do_ring, bars,
             lse_ptr + row, delta_ptr + row, dk_ptr + row.to(gl.int64) * HEAD_DIM, dv_ptr + row.to(gl.int64) * HEAD_DIM,
             key0, first, n_tiles, sm_scale * LOG2E, sm_scale, CAUSAL, STAGES)
     gl.warp_specialize([(_dkdv_partition, (0, ) + args), (_dkdv_partition, (1, ) + args),
@@ -170,10 +178,8 @@ def _dq_consumer(GROUP: gl.constexpr, q_smem, do_smem, k_ring, v_ring, bars, lse
     HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
     dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, HEAD_DIM, 16])
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     q = q_smem.index(GROUP)
@@ -237,20 +243,9 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     desc_k = _desc(k_ptr, bh, n_heads, sk_b, sk_h, sk_s, seq_len, BLOCK_N, HEAD_DIM)
     desc_v = _desc(v_ptr, bh, n_heads, sv_b, sv_h, sv_s, seq_len, BLOCK_N, HEAD_DIM)
     n_tiles = (q0 + 2 * HALF + BLOCK_N - 1) // BLOCK_N if CAUSAL else seq_len // BLOCK_N
-    dtype: gl.constexpr = q_ptr.dtype.element_ty
-    q_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], desc_q.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], desc_do.layout)
-    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
-    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
-    fixed_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(fixed_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
+    q_smem, do_smem, k_ring, v_ring, bars = _buffers(desc_q, desc_do, desc_k, desc_v, STAGES)
     row = bh * seq_len
-    args = ((desc_q, desc_do, desc_k, desc_v), q_smem, do_smem, k_ring, v_ring, (fixed_bar, ready, empty),
+    args = ((desc_q, desc_do, desc_k, desc_v), q_smem, do_smem, k_ring, v_ring, bars,
             lse_ptr + row, delta_ptr + row, dq_ptr + row.to(gl.int64) * HEAD_DIM, q0, n_tiles, sm_scale * LOG2E,
             sm_scale, CAUSAL, STAGES)
     gl.warp_specialize([(_dq_partition, (0, ) + args), (_dq_partition, (1, ) + args), (_dq_partition, (2, ) + args)],

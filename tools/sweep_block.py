@@ -167,33 +167,25 @@ def part_gluon(nb, repeats):
                      "nb": lambda: nb.attention_backward(q, k, v, o, lse, do, causal)}
         for cfg in GLUON_CONFIGS:
             run = lambda cfg=cfg: gluon_backward(q, k, v, o, lse, do, causal, None, *cfg)  # noqa: E731
-            try:
-                got = run()
-                torch.cuda.synchronize()
-            except Exception as err:
-                log(f"  gluon {cfg}: {type(err).__name__}: {str(err)[:300]}")
+            errs = _relative_errors(run, ref, f"gluon {cfg}")
+            if errs is None:
                 continue
-            errs = [(g.float() - r.float()).abs().max().item() / r.float().abs().max().item() for g, r in zip(got, ref)]
             log(f"  gluon {cfg} d{d} causal={causal}: relative errors dQ, dK, dV " + ", ".join(f"{e:.2g}" for e in errs))
             if max(errs) < 2e-2:
                 providers[f"gluon {cfg}"] = run
         _report(f"backward d{d} causal={causal}", providers, repeats, flops=10 * B * H * S * S * d / (2 if causal else 1))
-    steps = _steps(nb, ("sdpa", "op"))
-    for cfg in GLUON_CONFIGS[:2]:
-        steps[f"op+gluon {cfg}"] = _with_gluon(nb, steps["op"], cfg)
-    both_ways(steps, 1)
-    graph, bench = both_ways(steps, repeats)
-    for name in steps:
-        log(f"step {name}: do_bench {bench[name]:.3f} ms ({bench['sdpa'] / bench[name]:.3f}x SDPA), "
-            f"graph {graph[name]:.3f} ms ({graph['sdpa'] / graph[name]:.3f}x)")
+    part_step(nb, repeats, ("sdpa", "op"), gluon=True)
 
 
-def part_step(nb, repeats, names=("sdpa", "op", "fn", "nc", "bshd"), split=False):
+def part_step(nb, repeats, names=("sdpa", "op", "fn", "nc", "bshd"), split=False, gluon=False):
     steps = _steps(nb, names)
     if split:
         steps["op+split"] = _with_split(nb, steps["op"])
         for cfg in TMA_DQ_CONFIGS[:2]:
             steps[f"op+tmadq {cfg}"] = _with_tma_dq(nb, steps["op"], cfg)
+    if gluon:
+        for cfg in GLUON_CONFIGS[:2]:
+            steps[f"op+gluon {cfg}"] = _with_gluon(nb, steps["op"], cfg)
     both_ways(steps, 1)
     graph, bench = both_ways(steps, repeats)
     for name in steps:
@@ -262,6 +254,20 @@ def part_forward(nb, repeats):
     _report("forward", providers, repeats, flops=4 * B * H * S * S * D / 2)
 
 
+def _relative_errors(run, ref, label: str) -> list | None:
+    """Each gradient of ``run()`` against ``ref``'s: its largest error over the reference's largest value; None
+    (logged with ``label``) when it raises."""
+    import torch
+
+    try:
+        got = run()
+        torch.cuda.synchronize()
+    except Exception as err:
+        log(f"  {label}: {type(err).__name__}: {str(err)[:300]}")
+        return None
+    return [(g.float() - r.float()).abs().max().item() / r.float().abs().max().item() for g, r in zip(got, ref)]
+
+
 def _report(what: str, providers: dict, repeats: int, flops: float) -> None:
     """Time ``providers`` both ways (one round discarded), then log each one's GPU time, TFLOP/s and ratio to cuDNN's,
     and its do_bench time."""
@@ -310,13 +316,10 @@ def part_backward(nb, repeats):
         run = lambda cfg=cfg: tma_dq_backward(nb, q, k, v, o, lse, do, True, cfg)  # noqa: E731
         variants.append((f"tmadq {cfg}", f"tmadq {cfg}", run))
     for name, label, run in variants:
-        try:
-            got = run()
-            torch.cuda.synchronize()
-        except Exception as err:
-            log(f"  backward {label}: {type(err).__name__}: {str(err)[:160]}")
+        errs = _relative_errors(run, ref, f"backward {label}")
+        if errs is None:
             continue
-        err = max((g.float() - r.float()).abs().max().item() / r.float().abs().max().item() for g, r in zip(got, ref))
+        err = max(errs)
         log(f"  backward {label}: relative err {err:.2g}")
         if err < 2e-2:
             providers[name] = run

@@ -31,6 +31,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 LOG2E = 1.4426950408889634
 
 
+@gluon.constexpr_function
+def wgmma_layout(columns):
+    """The layout of a wgmma result of 64 rows by ``columns`` over one 4-warp group: each warp 16 rows, an
+    instruction as wide as the tile."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, columns, 16])
+
+
 @gluon.jit
 def _producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, row_q, row_kv, n_tiles, STAGES: gl.constexpr):
     """One warp: Q's two halves once, then K and V tiles, last to first, into the rings."""
@@ -63,10 +70,8 @@ def _consumer(GROUP: gl.constexpr, desc_o, lse_ptr, q_smem, k_smem, v_smem, bars
     dtype: gl.constexpr = desc_o.dtype
     # The layouts of wgmma's results (S: HALF x BLOCK_N, O: HALF x HEAD_DIM over the group's 4 warps), of P as the
     # left operand read from registers, and of a row's statistics (m, l).
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -210,5 +215,5 @@ def kernel_source() -> str:
     """The kernel's partitions and the wrapper, as written above: what the notebook prints."""
     import inspect
 
-    functions = (_producer, _consumer, _partition, gluon_attention_kernel, gluon_attention)
+    functions = (wgmma_layout, _producer, _consumer, _partition, gluon_attention_kernel, gluon_attention)
     return "\n\n".join(inspect.getsource(getattr(f, "fn", f)) for f in functions)
