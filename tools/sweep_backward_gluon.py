@@ -100,8 +100,10 @@ def _dkdv_consumer(GROUP: gl.constexpr, k_smem, v_smem, q_ring, do_ring, bars, l
     p16 = gl.zeros([HALF, BLOCK_M], dtype, a_layout)
     ds16 = gl.zeros([HALF, BLOCK_M], dtype, a_layout)
     mbarrier.wait(fixed_bar, 0)
+    last_key = key0 + GROUP * HALF + HALF - 1
     for i in range(n_tiles):
         st = i % STAGES
+        offs_q = (first + i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=cols)
         mbarrier.wait(ready.index(st), (i // STAGES) & 1)
         q = q_ring.index(st)
         do = do_ring.index(st)
@@ -111,12 +113,12 @@ def _dkdv_consumer(GROUP: gl.constexpr, k_smem, v_smem, q_ring, do_ring, bars, l
         s, dk, dv, p16, ds16 = warpgroup_mma_wait(1, deps=(s_tok, dk, dv, p16, ds16))
         if i > 0:
             mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
-        offs_q = (first + i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=cols)
         lse = gl.load(lse_ptr + offs_q) * LOG2E
         delta = gl.load(delta_ptr + offs_q)
         p = gl.exp2(s * qk_scale - lse[None, :])
         if CAUSAL:
-            p = gl.where(offs_q[None, :] >= offs_k[:, None], p, 0.0)
+            if (first + i) * BLOCK_M < last_key:  # a query of this tile comes before one of the group's keys
+                p = gl.where(offs_q[None, :] >= offs_k[:, None], p, 0.0)
         p16 = gl.convert_layout(p.to(dtype), a_layout)
         dv = warpgroup_mma(p16, do, dv, is_async=True)
         dp = warpgroup_mma_wait(1, deps=(dp_tok, ))
@@ -203,8 +205,9 @@ def _dq_consumer(GROUP: gl.constexpr, q_smem, do_smem, k_ring, v_ring, bars, lse
             mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
         p = gl.exp2(s * qk_scale - lse[:, None])
         if CAUSAL:
-            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            p = gl.where(offs_q[:, None] >= offs_n[None, :], p, 0.0)
+            if (j + 1) * BLOCK_N - 1 > q0 + GROUP * HALF:  # a key of this tile comes after one of the group's queries
+                offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+                p = gl.where(offs_q[:, None] >= offs_n[None, :], p, 0.0)
         dp = warpgroup_mma_wait(0, deps=(dp_tok, ))
         ds16 = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), a_layout)
         dq = warpgroup_mma(ds16, k, dq, is_async=True)
@@ -252,10 +255,11 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
                        [4, 1], [REGS, 24])
 
 
-def gluon_backward(q, k, v, o, lse, do, causal, sm_scale=None, dkdv=(64, 2, 240), dq=(64, 2, 232)):
+def gluon_backward(q, k, v, o, lse, do, causal, sm_scale=None, dkdv=(64, 2, 240), dq=(64, 2, 232), delta_of=None):
     """(dQ, dK, dV), contiguous, of q, k, v, dO of (batch, heads, seq_len, head_dim) with any strides but the last
     (1), LSE (natural log, as the forward stores it) of (batch, heads, seq_len); seq_len a multiple of 128.
-    dkdv = (BLOCK_M, stages, registers), dq = (BLOCK_N, stages, registers)."""
+    dkdv = (BLOCK_M, stages, registers), dq = (BLOCK_N, stages, registers); delta_of(o, do) -> Δ of (batch·heads,
+    seq_len) fp32 (torch's unless given)."""
     import torch
     import triton
 
@@ -264,7 +268,7 @@ def gluon_backward(q, k, v, o, lse, do, causal, sm_scale=None, dkdv=(64, 2, 240)
         raise ValueError("seq_len a multiple of 128, head_dim 64 or 128")
     sm_scale = sm_scale or head_dim**-0.5
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=q.device))
-    delta = (o.float() * do.float()).sum(-1).contiguous()
+    delta = delta_of(o, do) if delta_of else (o.float() * do.float()).sum(-1).contiguous()
     lse = lse.contiguous()
     dq_out, dk, dv = (torch.empty(batch, heads, seq_len, head_dim, device=q.device, dtype=q.dtype)
                       for _ in range(3))

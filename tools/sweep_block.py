@@ -128,7 +128,21 @@ def _with_tma_dq(nb, fn, cfg):
 TMA_DQ_CONFIGS = ((64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 8, 2), (64, 128, 8, 2))
 
 # tools/sweep_backward_gluon.py's tiles: (dK/dV (BLOCK_M, stages, registers), dQ (BLOCK_N, stages, registers))
-GLUON_CONFIGS = (((64, 2, 240), (64, 2, 232)), ((64, 3, 240), (64, 3, 232)), ((64, 2, 240), (128, 2, 240)))
+GLUON_CONFIGS = (((64, 3, 240), (128, 2, 240)), ((64, 2, 240), (128, 2, 240)), ((64, 4, 240), (64, 3, 232)))
+
+
+def _delta_of(nb):
+    """Δ = rowsum(dO ∘ O) by the notebook's preprocess kernel, as its backward computes it."""
+    import torch
+    import triton
+
+    def delta(o, do):
+        batch, heads, seq_len, head_dim = o.shape
+        out = torch.empty((batch * heads, seq_len), device=o.device, dtype=torch.float32)
+        nb.triton_attention_bwd_preprocess_kernel[(triton.cdiv(seq_len, 128), batch * heads)](
+            o, do, out, *o.stride(), *do.stride(), heads, seq_len, HEAD_DIM=head_dim, BLOCK_M=128, num_warps=4)
+        return out
+    return delta
 
 
 def _with_gluon(nb, fn, cfg):
@@ -138,7 +152,7 @@ def _with_gluon(nb, fn, cfg):
     def run():
         saved = nb.attention_backward
         nb.attention_backward = lambda q, k, v, o, lse, do, causal=False, sm_scale=None: gluon_backward(
-            q, k, v, o, lse, do, causal, sm_scale, *cfg)
+            q, k, v, o, lse, do, causal, sm_scale, *cfg, delta_of=_delta_of(nb))
         try:
             return fn()
         finally:
@@ -166,7 +180,8 @@ def part_gluon(nb, repeats):
         providers = {"cudnn": _sdpa_backward(q, k, v, do, causal, SDPBackend.CUDNN_ATTENTION),
                      "nb": lambda: nb.attention_backward(q, k, v, o, lse, do, causal)}
         for cfg in GLUON_CONFIGS:
-            run = lambda cfg=cfg: gluon_backward(q, k, v, o, lse, do, causal, None, *cfg)  # noqa: E731
+            run = lambda cfg=cfg: gluon_backward(q, k, v, o, lse, do, causal, None, *cfg,  # noqa: E731
+                                                 delta_of=_delta_of(nb))
             errs = _relative_errors(run, ref, f"gluon {cfg}")
             if errs is None:
                 continue
