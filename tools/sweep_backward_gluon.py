@@ -136,6 +136,75 @@ def _dkdv_consumer(GROUP: gl.constexpr, k_smem, v_smem, q_ring, do_ring, bars, l
 
 
 @gluon.jit
+def _dkdv_consumer_ahead(GROUP: gl.constexpr, k_smem, v_smem, q_ring, do_ring, bars, lse_ptr, delta_ptr, dk_ptr,
+                         dv_ptr, key0, first, n_tiles, qk_scale, sm_scale, CAUSAL: gl.constexpr,
+                         STAGES: gl.constexpr):
+    """_dkdv_consumer with the next tile's Sᵀ and dPᵀ issued before this tile's dK, so that waiting for the scores
+    never waits for dK: in flight, in order, ... dV(i-1), S(i), dP(i), dK(i-1). A tile's buffers are freed two
+    tiles later (4 stages). The first wait finds a dK in flight too: a product of zeros before the loop; the last
+    tile's Sᵀ and dPᵀ are issued once more after it (the tile's own buffers, not yet freed)."""
+    fixed_bar, ready, empty = bars
+    HALF: gl.constexpr = k_smem.type.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.type.shape[2]
+    BLOCK_M: gl.constexpr = q_ring.type.shape[1]
+    dtype: gl.constexpr = k_smem.dtype
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    cols: gl.constexpr = gl.SliceLayout(0, s_layout)
+    k = k_smem.index(GROUP)
+    v = v_smem.index(GROUP)
+    offs_k = key0 + GROUP * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, s_layout))
+    zero_s = gl.zeros([HALF, BLOCK_M], gl.float32, s_layout)
+    dv = warpgroup_mma_init(gl.zeros([HALF, HEAD_DIM], gl.float32, acc_layout))
+    p16 = gl.zeros([HALF, BLOCK_M], dtype, a_layout)
+    ds16 = gl.zeros([HALF, BLOCK_M], dtype, a_layout)
+    ds16_prev = gl.zeros([HALF, BLOCK_M], dtype, a_layout)
+    mbarrier.wait(fixed_bar, 0)
+    last_key = key0 + GROUP * HALF + HALF - 1
+    mbarrier.wait(ready.index(0), 0)
+    s_tok = warpgroup_mma(k, q_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    dp_tok = warpgroup_mma(v, do_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    dk = warpgroup_mma(ds16, q_ring.index(0), gl.zeros([HALF, HEAD_DIM], gl.float32, acc_layout), is_async=True)
+    for i in range(n_tiles):
+        st = i % STAGES
+        q = q_ring.index(st)
+        do = do_ring.index(st)
+        offs_q = (first + i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=cols)
+        # S(i) done; dP(i) and dK(i-1) may run on. dV(i-1) and dK(i-2) are done: tile i-2 is free
+        s, dv, p16, ds16_prev = warpgroup_mma_wait(2, deps=(s_tok, dv, p16, ds16_prev))
+        if i >= 2:
+            mbarrier.arrive(empty.index((i - 2) % STAGES), count=1)
+        lse = gl.load(lse_ptr + offs_q) * LOG2E
+        delta = gl.load(delta_ptr + offs_q)
+        p = gl.exp2(s * qk_scale - lse[None, :])
+        if CAUSAL:
+            if (first + i) * BLOCK_M < last_key:  # a query of this tile comes before one of the group's keys
+                p = gl.where(offs_q[None, :] >= offs_k[:, None], p, 0.0)
+        p16 = gl.convert_layout(p.to(dtype), a_layout)
+        dv = warpgroup_mma(p16, do, dv, is_async=True)
+        dp = warpgroup_mma_wait(2, deps=(dp_tok, ))  # dK(i-1) and dV(i) may run on
+        ds16_prev = ds16
+        ds16 = gl.convert_layout((p * (dp - delta[None, :])).to(dtype), a_layout)
+        nxt = i + (i + 1 < n_tiles).to(gl.int32)  # the next tile; the last one again after the last
+        mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+        s_tok = warpgroup_mma(k, q_ring.index(nxt % STAGES).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        dp_tok = warpgroup_mma(v, do_ring.index(nxt % STAGES).permute((1, 0)), zero_s, use_acc=False,
+                               is_async=True)
+        dk = warpgroup_mma(ds16, q, dk, is_async=True)  # dK(i-1)'s result, still in flight, is its accumulator
+    dk, dv, s, dp, p16, ds16, ds16_prev = warpgroup_mma_wait(0, deps=(dk, dv, s_tok, dp_tok, p16, ds16, ds16_prev))
+    if n_tiles >= 2:
+        mbarrier.arrive(empty.index((n_tiles - 2) % STAGES), count=1)
+    if n_tiles > 0:
+        mbarrier.arrive(empty.index((n_tiles - 1) % STAGES), count=1)
+    rows = key0 + GROUP * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, acc_layout))
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    offs = rows[:, None] * HEAD_DIM + offs_d[None, :]
+    gl.store(dk_ptr + offs, (dk * sm_scale).to(dtype))
+    gl.store(dv_ptr + offs, dv.to(dtype))
+
+
+@gluon.jit
 def _dkdv_partition(ROLE: gl.constexpr, descs, k_smem, v_smem, q_ring, do_ring, bars, lse_ptr, delta_ptr, dk_ptr,
                     dv_ptr, key0, first, n_tiles, qk_scale, sm_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr):
     desc_k, desc_v, desc_q, desc_do = descs
@@ -148,10 +217,25 @@ def _dkdv_partition(ROLE: gl.constexpr, descs, k_smem, v_smem, q_ring, do_ring, 
 
 
 @gluon.jit
+def _dkdv_partition_ahead(ROLE: gl.constexpr, descs, k_smem, v_smem, q_ring, do_ring, bars, lse_ptr, delta_ptr,
+                          dk_ptr, dv_ptr, key0, first, n_tiles, qk_scale, sm_scale, CAUSAL: gl.constexpr,
+                          STAGES: gl.constexpr):
+    """_dkdv_partition with _dkdv_consumer_ahead (a partition with an if between the two consumers fails to
+    compile in Triton 3.6, whichever the if takes)."""
+    desc_k, desc_v, desc_q, desc_do = descs
+    if ROLE == 2:
+        _producer(desc_k, desc_v, desc_q, desc_do, k_smem, v_smem, q_ring, do_ring, bars, key0, first, n_tiles,
+                  STAGES)
+    else:
+        _dkdv_consumer_ahead(ROLE, k_smem, v_smem, q_ring, do_ring, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, key0,
+                             first, n_tiles, qk_scale, sm_scale, CAUSAL, STAGES)
+
+
+@gluon.jit
 def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
                 sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sdo_b, sdo_h, sdo_s,
                 n_heads, seq_len, sm_scale, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                STAGES: gl.constexpr, REGS: gl.constexpr, num_warps: gl.constexpr):
+                STAGES: gl.constexpr, REGS: gl.constexpr, AHEAD: gl.constexpr, num_warps: gl.constexpr):
     HALF: gl.constexpr = 64
     pid_n = gl.program_id(0)
     bh = gl.program_id(1)
@@ -167,8 +251,12 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     args = ((desc_k, desc_v, desc_q, desc_do), k_smem, v_smem, q_ring, do_ring, bars,
             lse_ptr + row, delta_ptr + row, dk_ptr + row.to(gl.int64) * HEAD_DIM, dv_ptr + row.to(gl.int64) * HEAD_DIM,
             key0, first, n_tiles, sm_scale * LOG2E, sm_scale, CAUSAL, STAGES)
-    gl.warp_specialize([(_dkdv_partition, (0, ) + args), (_dkdv_partition, (1, ) + args),
-                        (_dkdv_partition, (2, ) + args)], [4, 1], [REGS, 24])
+    if AHEAD:
+        gl.warp_specialize([(_dkdv_partition_ahead, (0, ) + args), (_dkdv_partition_ahead, (1, ) + args),
+                            (_dkdv_partition_ahead, (2, ) + args)], [4, 1], [REGS, 24])
+    else:
+        gl.warp_specialize([(_dkdv_partition, (0, ) + args), (_dkdv_partition, (1, ) + args),
+                            (_dkdv_partition, (2, ) + args)], [4, 1], [REGS, 24])
 
 
 @gluon.jit
@@ -255,11 +343,12 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
                        [4, 1], [REGS, 24])
 
 
-def gluon_backward(q, k, v, o, lse, do, causal, sm_scale=None, dkdv=(64, 2, 240), dq=(64, 2, 232), delta_of=None):
+def gluon_backward(q, k, v, o, lse, do, causal, sm_scale=None, dkdv=(64, 2, 240), dq=(64, 2, 232), delta_of=None,
+                   kernels=("dkdv", "dq")):
     """(dQ, dK, dV), contiguous, of q, k, v, dO of (batch, heads, seq_len, head_dim) with any strides but the last
     (1), LSE (natural log, as the forward stores it) of (batch, heads, seq_len); seq_len a multiple of 128.
-    dkdv = (BLOCK_M, stages, registers), dq = (BLOCK_N, stages, registers); delta_of(o, do) -> Δ of (batch·heads,
-    seq_len) fp32 (torch's unless given)."""
+    dkdv = (BLOCK_M, stages, registers[, the next tile's products ahead of dK]), dq = (BLOCK_N, stages, registers); delta_of(o, do) -> Δ of (batch·heads,
+    seq_len) fp32 (torch's unless given); kernels: which of the two to launch (both, or one to time it alone)."""
     import torch
     import triton
 
@@ -273,20 +362,22 @@ def gluon_backward(q, k, v, o, lse, do, causal, sm_scale=None, dkdv=(64, 2, 240)
     dq_out, dk, dv = (torch.empty(batch, heads, seq_len, head_dim, device=q.device, dtype=q.dtype)
                       for _ in range(3))
     strides = [s for t in (q, k, v, do) for s in t.stride()[:3]]
-    bm, st, regs = dkdv
-    dkdv_kernel[(seq_len // 128, batch * heads)](q, k, v, do, lse, delta, dk, dv, *strides, heads, seq_len, sm_scale,
-                                                HEAD_DIM=head_dim, BLOCK_M=bm, CAUSAL=causal, STAGES=st, REGS=regs,
-                                                num_warps=4)
+    bm, st, regs, *ahead = dkdv
+    if "dkdv" in kernels:
+        dkdv_kernel[(seq_len // 128, batch * heads)](q, k, v, do, lse, delta, dk, dv, *strides, heads, seq_len,
+                                                    sm_scale, HEAD_DIM=head_dim, BLOCK_M=bm, CAUSAL=causal, STAGES=st,
+                                                    REGS=regs, AHEAD=bool(ahead and ahead[0]), num_warps=4)
     bn, st, regs = dq
-    dq_kernel[(seq_len // 128, batch * heads)](q, k, v, do, lse, delta, dq_out, *strides, heads, seq_len, sm_scale,
-                                               HEAD_DIM=head_dim, BLOCK_N=bn, CAUSAL=causal, STAGES=st, REGS=regs,
-                                               num_warps=4)
+    if "dq" in kernels:
+        dq_kernel[(seq_len // 128, batch * heads)](q, k, v, do, lse, delta, dq_out, *strides, heads, seq_len,
+                                                   sm_scale, HEAD_DIM=head_dim, BLOCK_N=bn, CAUSAL=causal, STAGES=st,
+                                                   REGS=regs, num_warps=4)
     return dq_out, dk, dv
 
 
 # tools/sweep_block.py's part gluon, the tiles it tries: (dK/dV (BLOCK_M, stages, registers), dQ (BLOCK_N, stages,
 # registers))
-GLUON_CONFIGS = (((64, 3, 240), (128, 2, 240)), ((64, 2, 240), (128, 2, 240)), ((64, 4, 240), (64, 3, 232)))
+GLUON_CONFIGS = (((64, 4, 240, True), (128, 2, 240)), ((64, 3, 240), (128, 2, 240)), ((64, 4, 240), (128, 2, 240)))
 
 
 def _delta_of(nb):
@@ -344,6 +435,10 @@ def part_gluon(nb, repeats):
             log(f"  gluon {cfg} d{d} causal={causal}: relative errors dQ, dK, dV " + ", ".join(f"{e:.2g}" for e in errs))
             if max(errs) < 2e-2:
                 providers[f"gluon {cfg}"] = run
+        for cfg, kernel in ((GLUON_CONFIGS[0], "dkdv"), (GLUON_CONFIGS[1], "dkdv"), (GLUON_CONFIGS[0], "dq")):
+            # each kernel alone (Δ included), to see which one lags
+            providers[f"gluon {kernel} alone {cfg}"] = lambda kernel=kernel, cfg=cfg: gluon_backward(
+                q, k, v, o, lse, do, causal, None, *cfg, delta_of=_delta_of(nb), kernels=(kernel, ))
         _report(f"backward d{d} causal={causal}", providers, repeats, flops=10 * B * H * S * S * d / (2 if causal else 1))
     def more(steps):
         for cfg in GLUON_CONFIGS[:2]:
