@@ -240,12 +240,12 @@ def test_submission_is_judged_right(graded, assignment, fixture):
     assert not unknown, f"fixture names unknown tests {unknown}"
     on_gpu = DEVICE == "cuda"
     for t in g.tests:
-        if t in fixture.expect_fail and on_gpu and t in fixture.gpu_may_pass:
-            continue  # the GPU's tf32 tolerance may let this one through; the fixture's other tests catch it
+        if t in fixture.expect_fail and fixture.may_keep(t, on_gpu):
+            continue  # the GPU's tf32 tolerance, or a draw of inputs, may let this one through; the others catch it
         if t in fixture.expect_fail:
             assert scores[t] == 0, f"{t} should fail but scored {scores[t]}:\n{feedback[t]}"
         else:
             assert scores[t] > 0, f"{t} should pass (the mistake costs only its own tests):\n{feedback[t]}"
-    first = next(t for t in g.tests if t in fixture.expect_fail)
+    first = next(t for t in g.tests if t in fixture.expect_fail and not fixture.may_keep(t, on_gpu))
     assert fixture.expect_message.lower() in feedback[first].lower(), feedback[first]
     assert "seed" in feedback[first]
