@@ -319,8 +319,8 @@ def part_stats(nb):
 
 
 def part_gluon(nb, repeats):
-    """tools/sweep_backward_gluon.py's part, which lives there beside its kernels."""
-    from sweep_backward_gluon import part_gluon as gluon_part
+    """tools/sweep_block_gluon.py's part (the Gluon backward's own sweep, kept apart: this file's size)."""
+    from sweep_block_gluon import part_gluon as gluon_part
 
     gluon_part(nb, repeats)
 

@@ -207,9 +207,8 @@ class Fixture:
     new cells. The other solution cells stay the release's stubs, or with ``# other-solutions: source`` hold
     the reference's solutions, so that a file holds only the cell it changes. Header lines
     ``# expect-fail:``, ``# expect-message:`` and ``# expect-all-pass`` say what grading must give;
-    ``# gpu-may-pass:`` names expected failures that a GPU's looser tolerance (tf32 for fp32 tl.dot) may let pass;
-    ``# may-pass:`` those that a test not written for the fixture's mistake catches on most random inputs only (the
-    fixture's other tests catch it on every draw).
+    ``# gpu-may-pass:`` names expected failures that a GPU's looser tolerance (tf32 for fp32 tl.dot) may let pass,
+    ``# may-pass:`` those that a test written for another mistake catches on most random inputs only.
     """
 
     name: str
@@ -223,8 +222,7 @@ class Fixture:
     gpu_may_pass: frozenset = frozenset()  # expected failures a GPU's tf32 tolerance may let pass
     may_pass: frozenset = frozenset()  # expected failures that some random inputs let pass, on any device
 
-    def may_keep(self, test: str, on_gpu: bool) -> bool:
-        """May this expected failure pass here (the fixture's header says so)?"""
+    def may_keep(self, test: str, on_gpu: bool) -> bool:  # may this expected failure pass here (its header says)?
         return test in self.may_pass or (on_gpu and test in self.gpu_may_pass)
 
     @classmethod

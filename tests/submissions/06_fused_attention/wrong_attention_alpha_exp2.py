@@ -1,6 +1,6 @@
 # p = exp(s - m_new) in natural units, but the rescale alpha = exp2(m_old - m_new): the old terms are shrunk by
-# 2^(m_new - m_old) instead of e^(m_new - m_old). O is wrong wherever a later key tile raises a row's maximum; before, the diagnosis named nothing (or
-# blamed the strides). test_attention_large_scores (written for the maximum's subtraction) catches it only where a
+# 2^(m_new - m_old) instead of e^(m_new - m_old). O is wrong wherever a later key tile raises a row's maximum;
+# before, the diagnosis named nothing (or blamed the strides). test_attention_large_scores (written for the maximum's subtraction) catches it only where a
 # later key tile raises a row's maximum by a few units: its scores of hundreds make the old terms' weight negligible
 # in either base otherwise (its three cases passed 23, 102 and 20 of 400 seeds on the interpreter, never all three
 # with one seed, yet a fresh-clone run's grading passed it once): it may pass; the other seven fail on every draw.
