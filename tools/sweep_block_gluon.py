@@ -1,9 +1,11 @@
-"""Developers only, on a Hopper GPU: tools/sweep_block.py's part "gluon", tools/sweep_backward_gluon.py's backward
-measured at the training block's shape (causal; not causal at head_dim 64 too) against cuDNN's and the notebook's,
-each of its kernels alone, then the training step with it in the notebook's op."""
+"""Developers only, on a Hopper GPU: tools/sweep_block.py's part "gluon": the Gluon backwards (two kernels,
+tools/sweep_backward_gluon.py; one kernel with dQ by TMA reduce-adds, tools/sweep_backward_gluon_fused.py) measured
+at the training block's shape (causal; not causal at head_dim 64 too) against cuDNN's and the notebook's, each
+checked against SDPA's gradients first, then the training step with each in the notebook's op."""
 from __future__ import annotations
 
 from sweep_backward_gluon import gluon_backward
+from sweep_backward_gluon_fused import fused_backward
 
 
 # tools/sweep_block.py's part gluon, the tiles it tries: (dK/dV (BLOCK_M, stages, registers), dQ (BLOCK_N, stages,
@@ -25,12 +27,14 @@ def _delta_of(nb):
     return delta
 
 
-def _with_gluon(nb, fn, cfg):
-    """``fn`` run with the Gluon backward as the notebook's (Δ by the notebook's preprocess kernel)."""
+def _with_gluon(nb, fn, cfg=None, backward=None):
+    """``fn`` run with a Gluon backward as the notebook's (Δ by the notebook's preprocess kernel): the two kernels at
+    ``cfg``, or ``backward`` (fused_backward) at its defaults."""
     def run():
         saved = nb.attention_backward
-        nb.attention_backward = lambda q, k, v, o, lse, do, causal=False, sm_scale=None: gluon_backward(
-            q, k, v, o, lse, do, causal, sm_scale, *cfg, delta_of=_delta_of(nb))
+        nb.attention_backward = lambda q, k, v, o, lse, do, causal=False, sm_scale=None: (
+            backward(q, k, v, o, lse, do, causal, sm_scale, delta_of=_delta_of(nb)) if backward else
+            gluon_backward(q, k, v, o, lse, do, causal, sm_scale, *cfg, delta_of=_delta_of(nb)))
         try:
             return fn()
         finally:
@@ -57,21 +61,19 @@ def part_gluon(nb, repeats):
                                   (qr, kr, vr), do)
         providers = {"cudnn": _sdpa_backward(q, k, v, do, causal, SDPBackend.CUDNN_ATTENTION),
                      "nb": lambda: nb.attention_backward(q, k, v, o, lse, do, causal)}
-        for cfg in GLUON_CONFIGS:
-            run = lambda cfg=cfg: gluon_backward(q, k, v, o, lse, do, causal, None, *cfg,  # noqa: E731
-                                                 delta_of=_delta_of(nb))
-            errs = _relative_errors(run, ref, f"gluon {cfg}")
+        runs = {f"gluon {cfg}": lambda cfg=cfg: gluon_backward(q, k, v, o, lse, do, causal, None, *cfg,
+                                                               delta_of=_delta_of(nb)) for cfg in GLUON_CONFIGS[1:2]}
+        runs.update({f"fused {st}": lambda st=st: fused_backward(q, k, v, o, lse, do, causal, None, stages=st,
+                                                                delta_of=_delta_of(nb)) for st in (2, )})
+        for cfg, run in runs.items():
+            errs = _relative_errors(run, ref, cfg)
             if errs is None:
                 continue
-            log(f"  gluon {cfg} d{d} causal={causal}: relative errors dQ, dK, dV " + ", ".join(f"{e:.2g}" for e in errs))
+            log(f"  {cfg} d{d} causal={causal}: relative errors dQ, dK, dV " + ", ".join(f"{e:.2g}" for e in errs))
             if max(errs) < 2e-2:
-                providers[f"gluon {cfg}"] = run
-        for cfg, kernel in ((GLUON_CONFIGS[0], "dkdv"), (GLUON_CONFIGS[1], "dkdv"), (GLUON_CONFIGS[0], "dq")):
-            # each kernel alone (Δ included), to see which one lags
-            providers[f"gluon {kernel} alone {cfg}"] = lambda kernel=kernel, cfg=cfg: gluon_backward(
-                q, k, v, o, lse, do, causal, None, *cfg, delta_of=_delta_of(nb), kernels=(kernel, ))
+                providers[cfg] = run
         _report(f"backward d{d} causal={causal}", providers, repeats, flops=10 * B * H * S * S * d / (2 if causal else 1))
     def more(steps):
-        for cfg in GLUON_CONFIGS[:2]:
-            steps[f"op+gluon {cfg}"] = _with_gluon(nb, steps["op"], cfg)
+        steps[f"op+gluon {GLUON_CONFIGS[1]}"] = _with_gluon(nb, steps["op"], GLUON_CONFIGS[1])
+        steps["op+fused"] = _with_gluon(nb, steps["op"], backward=fused_backward)
     part_step(nb, repeats, ("sdpa", "op"), more=more)
