@@ -347,8 +347,9 @@ def gluon_backward(q, k, v, o, lse, do, causal, sm_scale=None, dkdv=(64, 2, 240)
                    kernels=("dkdv", "dq")):
     """(dQ, dK, dV), contiguous, of q, k, v, dO of (batch, heads, seq_len, head_dim) with any strides but the last
     (1), LSE (natural log, as the forward stores it) of (batch, heads, seq_len); seq_len a multiple of 128.
-    dkdv = (BLOCK_M, stages, registers[, the next tile's products ahead of dK]), dq = (BLOCK_N, stages, registers); delta_of(o, do) -> Δ of (batch·heads,
-    seq_len) fp32 (torch's unless given); kernels: which of the two to launch (both, or one to time it alone)."""
+    dkdv = (BLOCK_M, stages, registers[, the next tile's products ahead of dK]), dq = (BLOCK_N, stages, registers);
+    delta_of(o, do) -> Δ of (batch·heads, seq_len) fp32 (torch's unless given); kernels: which of the two to launch
+    (both, or one to time it alone)."""
     import torch
     import triton
 

@@ -72,7 +72,8 @@ def part_gluon(nb, repeats):
             log(f"  {cfg} d{d} causal={causal}: relative errors dQ, dK, dV " + ", ".join(f"{e:.2g}" for e in errs))
             if max(errs) < 2e-2:
                 providers[cfg] = run
-        _report(f"backward d{d} causal={causal}", providers, repeats, flops=10 * B * H * S * S * d / (2 if causal else 1))
+        flops = 10 * B * H * S * S * d / (2 if causal else 1)
+        _report(f"backward d{d} causal={causal}", providers, repeats, flops=flops)
     def more(steps):
         steps[f"op+gluon {GLUON_CONFIGS[1]}"] = _with_gluon(nb, steps["op"], GLUON_CONFIGS[1])
         steps["op+fused"] = _with_gluon(nb, steps["op"], backward=fused_backward)

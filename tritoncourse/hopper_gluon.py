@@ -142,7 +142,7 @@ def _partition(ROLE: gl.constexpr, desc_q, desc_k, desc_v, desc_o, lse_ptr, q_sm
 
 
 @gluon.jit
-def gluon_attention_kernel(desc_q, desc_k, desc_v, desc_o,  # (batch·heads·seq_len, HEAD_DIM) views; Q, O 64-row blocks
+def gluon_attention_kernel(desc_q, desc_k, desc_v, desc_o,  # (batch·heads·seq_len, HEAD_DIM) views; Q, O: 64 rows
                            lse_ptr,  # (batch·heads, seq_len) fp32: the natural-log LSE, as your kernel's
                            seq_len, qk_scale,  # qk_scale = sm_scale · log2(e)
                            CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,

@@ -115,7 +115,8 @@ def test_gluon_kernel_overlaps_its_products_in_three_partitions():
     # the notebook's prose: two consumer groups of 4 warps (the default partition and a worker) and a 1-warp producer;
     # warps are given by groups of 4, so 12 warps (384 threads) a program, 232 registers a consumer thread, 24 the
     # producer's
-    assert re.search(r"ttg\.warp_specialize\(.*requestedRegisters = array<i32: 232, 24>", ttgir), "not the partitions asked"
+    assert re.search(r"ttg\.warp_specialize\(.*requestedRegisters = array<i32: 232, 24>", ttgir), \
+        "not the partitions asked"
     assert re.findall(r"\bnum_warps\((\d+)\) \{", ttgir) == ["4", "1"], "the workers are not 4 warps and 1"
     assert re.search(r"\.reqntid 384\b", ptx), "not 12 warps (384 threads) a program"
     counts = {int(n) for n in re.findall(r"setmaxnreg[.\w]*\s+(\d+)", ptx)}
