@@ -84,34 +84,55 @@ def test_gluon_attention_matches_the_reference(dtype, head_dim, causal):
     torch.testing.assert_close(lse, ref_lse, atol=l_atol, rtol=l_rtol)
 
 
-def _compile_gluon_for_h100(causal: bool, head_dim: int):
-    """The Gluon kernel compiled for sm_90a here, without a GPU (as tritoncourse.compiled does for @triton.jit)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import make_backend
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    from triton.runtime.jit import create_function_from_signature
+_COMPILE_GLUON = """
+import json, sys
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import make_backend
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import create_function_from_signature
+from tritoncourse import hopper_gluon
 
-    from tritoncourse import hopper_gluon
+causal, head_dim = json.loads(sys.argv[1])
+jit = hopper_gluon.gluon_attention_kernel
+target = GPUTarget("cuda", 90, 32)
+backend = make_backend(target)
+rows = torch.empty(4096, head_dim, dtype=torch.float16)
+descs = [TensorDescriptor.from_tensor(rows, [block, head_dim], gl.NVMMASharedLayout.get_default_for(
+    [block, head_dim], gl.float16)) for block in (64, 128, 128, 64)]
+kwargs = dict(CAUSAL=causal, STAGES=2, CONSUMER_REGS=232, num_warps=4)
+binder = create_function_from_signature(jit.signature, jit.params, backend)
+bound, specialization, options = binder(*descs, torch.empty(4096), 4096, 0.18, **kwargs)
+options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
+compiled = triton.compile(GluonASTSource(jit, signature, constexprs, attrs), target=target, options=options.__dict__)
+print(json.dumps({stage: compiled.asm[stage] for stage in ("ttgir", "ptx")}))
+"""
 
-    jit = hopper_gluon.gluon_attention_kernel
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
-    rows = torch.empty(4096, head_dim, dtype=torch.float16)
-    descs = [TensorDescriptor.from_tensor(rows, [block, head_dim], gl.NVMMASharedLayout.get_default_for(
-        [block, head_dim], gl.float16)) for block in (64, 128, 128, 64)]
-    kwargs = dict(CAUSAL=causal, STAGES=2, CONSUMER_REGS=232, num_warps=4)
-    binder = create_function_from_signature(jit.signature, jit.params, backend)
-    bound, specialization, options = binder(*descs, torch.empty(4096), 4096, 0.18, **kwargs)
-    options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
-    return triton.compile(GluonASTSource(jit, signature, constexprs, attrs), target=target, options=options.__dict__)
+
+def _compile_gluon_for_h100(causal: bool, head_dim: int) -> dict:
+    """The Gluon kernel's TTGIR and PTX compiled for sm_90a here, without a GPU, in a process of its own without
+    TRITON_INTERPRET (this one runs Triton's interpreter, under which Triton's own @jit library functions that Gluon
+    calls, gl.max and gl.sum, may be interpreted ones that Gluon cannot compile)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from course import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", _COMPILE_GLUON, json.dumps([causal, head_dim])], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_gluon_kernel_overlaps_its_products_in_three_partitions():
-    compiled = _compile_gluon_for_h100(causal=True, head_dim=128)
-    ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+    asm = _compile_gluon_for_h100(causal=True, head_dim=128)
+    ttgir, ptx = asm["ttgir"], asm["ptx"]
     # the notebook's prose: two consumer groups of 4 warps (the default partition and a worker) and a 1-warp producer;
     # warps are given by groups of 4, so 12 warps (384 threads) a program, 232 registers a consumer thread, 24 the
     # producer's
