@@ -166,11 +166,11 @@ def build_class(c: Course) -> list[Learner]:
                             retake=True))
     fixture_learner("wrong_segfault", "segfault_kernel", "the kernel segfaults the notebook's process "
                     "(reads far outside its tensors)")
-    endless = fixture_learner("wrong_endless_loop", "endless_kernel", "the kernel never ends (in the notebook "
-                              "and in the tests)")
+    endless = fixture_learner("wrong_endless_loop", "endless_kernel", "the kernel never ends (on fp16 inputs: "
+                              "in its fp16 test)")
     endless.retake = True
-    # Every one of its tests waits for its (scaled) time limit: graded in parallel only, to keep `make test`
-    # short; the serial comparison still covers more than 20 notebooks.
+    # Its fp16 test waits for its (scaled) time limit: graded in parallel only, to keep `make test` short; the
+    # serial comparison still covers more than 20 notebooks.
     endless.serial = False
     loud = copy.deepcopy(source)
     loud.cells.append(new_code_cell("for _ in range(40):\n    print(('x' * 99 + '\\n') * 2500)  # 10 MB"))
