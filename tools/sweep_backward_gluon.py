@@ -79,6 +79,19 @@ def _producer(desc_fa, desc_fb, desc_ma, desc_mb, fixed_a, fixed_b, ring_a, ring
 
 
 @gluon.jit
+def _p_transposed(s, lse_ptr, delta_ptr, offs_q, offs_k, tile_start, last_key, qk_scale, CAUSAL: gl.constexpr):
+    """Pᵀ of a tile of 64 keys x BLOCK_M queries from its scores Sᵀ and the queries' LSE, masked where the tile
+    crosses the causal diagonal; and the queries' Δ."""
+    lse = gl.load(lse_ptr + offs_q) * LOG2E
+    delta = gl.load(delta_ptr + offs_q)
+    p = gl.exp2(s * qk_scale - lse[None, :])
+    if CAUSAL:
+        if tile_start < last_key:  # a query of this tile comes before one of the group's keys
+            p = gl.where(offs_q[None, :] >= offs_k[:, None], p, 0.0)
+    return p, delta
+
+
+@gluon.jit
 def _dkdv_consumer(GROUP: gl.constexpr, k_smem, v_smem, q_ring, do_ring, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
                    key0, first, n_tiles, qk_scale, sm_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr):
     """64 keys: dK and dV over the query tiles first .. first + n_tiles - 1."""
@@ -113,12 +126,8 @@ def _dkdv_consumer(GROUP: gl.constexpr, k_smem, v_smem, q_ring, do_ring, bars, l
         s, dk, dv, p16, ds16 = warpgroup_mma_wait(1, deps=(s_tok, dk, dv, p16, ds16))
         if i > 0:
             mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
-        lse = gl.load(lse_ptr + offs_q) * LOG2E
-        delta = gl.load(delta_ptr + offs_q)
-        p = gl.exp2(s * qk_scale - lse[None, :])
-        if CAUSAL:
-            if (first + i) * BLOCK_M < last_key:  # a query of this tile comes before one of the group's keys
-                p = gl.where(offs_q[None, :] >= offs_k[:, None], p, 0.0)
+        p, delta = _p_transposed(s, lse_ptr, delta_ptr, offs_q, offs_k, (first + i) * BLOCK_M, last_key, qk_scale,
+                                 CAUSAL)
         p16 = gl.convert_layout(p.to(dtype), a_layout)
         dv = warpgroup_mma(p16, do, dv, is_async=True)
         dp = warpgroup_mma_wait(1, deps=(dp_tok, ))
@@ -175,12 +184,8 @@ def _dkdv_consumer_ahead(GROUP: gl.constexpr, k_smem, v_smem, q_ring, do_ring, b
         s, dv, p16, ds16_prev = warpgroup_mma_wait(2, deps=(s_tok, dv, p16, ds16_prev))
         if i >= 2:
             mbarrier.arrive(empty.index((i - 2) % STAGES), count=1)
-        lse = gl.load(lse_ptr + offs_q) * LOG2E
-        delta = gl.load(delta_ptr + offs_q)
-        p = gl.exp2(s * qk_scale - lse[None, :])
-        if CAUSAL:
-            if (first + i) * BLOCK_M < last_key:  # a query of this tile comes before one of the group's keys
-                p = gl.where(offs_q[None, :] >= offs_k[:, None], p, 0.0)
+        p, delta = _p_transposed(s, lse_ptr, delta_ptr, offs_q, offs_k, (first + i) * BLOCK_M, last_key, qk_scale,
+                                 CAUSAL)
         p16 = gl.convert_layout(p.to(dtype), a_layout)
         dv = warpgroup_mma(p16, do, dv, is_async=True)
         dp = warpgroup_mma_wait(2, deps=(dp_tok, ))  # dK(i-1) and dV(i) may run on

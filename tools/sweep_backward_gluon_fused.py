@@ -17,7 +17,7 @@ from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_init, warpgroup_mma_wait)
 
-from sweep_backward_gluon import LOG2E, _buffers, _desc, _producer
+from sweep_backward_gluon import LOG2E, _buffers, _desc, _p_transposed, _producer
 from tritoncourse.hopper_gluon import wgmma_layout
 
 
@@ -67,12 +67,8 @@ def _fused_consumer(GROUP: gl.constexpr, k_smem, v_smem, q_ring, do_ring, ds_sme
         s, dk, dv, p16, ds16 = warpgroup_mma_wait(1, deps=(s_tok, dk, dv, p16, ds16))
         if i > 0:
             mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
-        lse = gl.load(lse_ptr + offs_q) * LOG2E
-        delta = gl.load(delta_ptr + offs_q)
-        p = gl.exp2(s * qk_scale - lse[None, :])
-        if CAUSAL:
-            if (first + i) * BLOCK_M < last_key:  # a query of this tile comes before one of the group's keys
-                p = gl.where(offs_q[None, :] >= offs_k[:, None], p, 0.0)
+        p, delta = _p_transposed(s, lse_ptr, delta_ptr, offs_q, offs_k, (first + i) * BLOCK_M, last_key, qk_scale,
+                                 CAUSAL)
         p16 = gl.convert_layout(p.to(dtype), a_layout)
         dv = warpgroup_mma(p16, do, dv, is_async=True)
         dp = warpgroup_mma_wait(1, deps=(dp_tok, ))

@@ -17,8 +17,9 @@ backward: the notebook's backward alone at that shape, BWD_CONFIG's head_dim-128
           unmasked tiles) in the notebook's place, "tmadq..." tools/sweep_backward_tma.py's backward (one kernel,
           dQ added by descriptor reduces) at its tiles.
 step3:    the step on SDPA's default, on the notebook's op, on the op with the split dK/dV kernel and with tmadq.
-gluon:    tools/sweep_backward_gluon.py's backward alone (causal at the step's shape, not causal at head_dim 64)
-          against cuDNN's and the notebook's, then the step with it in the notebook's op.
+gluon:    the Gluon backwards (tools/sweep_block_gluon.py: two kernels, and one with dQ by TMA reduce-adds) alone,
+          causal at the step's shape and not causal at head_dim 64, against cuDNN's and the notebook's, then the
+          step with each in the notebook's op.
 step2, profile2: the step on SDPA's default, on the notebook's op and on "old" (the op as it was before: its
           q, k, v copied by .contiguous(), twice, and O contiguous); the profile of SDPA's and the notebook's.
 stats:    the compiled kernels of the notebook's forward and backward at the step's shape (registers, spills, shared
@@ -126,6 +127,7 @@ def _with_tma_dq(nb, fn, cfg):
 
 
 TMA_DQ_CONFIGS = ((64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 8, 2), (64, 128, 8, 2))
+
 
 def part_step(nb, repeats, names=("sdpa", "op", "fn", "nc", "bshd"), split=False, more=None):
     """The step of each of ``names`` (and with other backwards when asked: ``split``, or ``more(steps)``, which adds
