@@ -20,6 +20,10 @@ step3:    the step on SDPA's default, on the notebook's op, on the op with the s
 gluon:    the Gluon backwards (tools/sweep_block_gluon.py: two kernels, and one with dQ by TMA reduce-adds) alone,
           causal at the step's shape and not causal at head_dim 64, against cuDNN's and the notebook's, then the
           step with each in the notebook's op.
+fa3:      tools/sweep_backward_gluon_fa3.py (FlashAttention-3's backward layout in Gluon; the Gluon forward on the
+          block's strided q, k, v) alone against cuDNN's and the notebook's, then the step with them, and a profile.
+fa3step:  tritoncourse/hopper_gluon_backward.py (fa3's best variant as a module) checked against SDPA, its backward
+          against cuDNN's, then the step with it beside fa3's best variants, and a profile.
 step2, profile2: the step on SDPA's default, on the notebook's op and on "old" (the op as it was before: its
           q, k, v copied by .contiguous(), twice, and O contiguous); the profile of SDPA's and the notebook's.
 stats:    the compiled kernels of the notebook's forward and backward at the step's shape (registers, spills, shared
@@ -327,6 +331,22 @@ def part_gluon(nb, repeats):
     gluon_part(nb, repeats)
 
 
+def part_fa3(nb, repeats):
+    """tools/sweep_block_gluon.py's part fa3: FlashAttention-3's backward layout in Gluon, the Gluon forward on the
+    block's strided q, k, v, and the step with both."""
+    from sweep_block_gluon import part_fa3 as fa3_part
+
+    fa3_part(nb, repeats)
+
+
+def part_fa3_step(nb, repeats):
+    """tools/sweep_block_gluon.py's part fa3step: tritoncourse/hopper_gluon_backward.py checked and timed, and the
+    step with it beside part fa3's best variants."""
+    from sweep_block_gluon import part_fa3_step as fa3_step
+
+    fa3_step(nb, repeats)
+
+
 def main() -> None:
     import traceback
 
@@ -349,7 +369,8 @@ def main() -> None:
              "profile2": lambda: part_profile(nb, ("sdpa", "op")), "stats": lambda: part_stats(nb),
              "forward": lambda: part_forward(nb, args.repeats),
              "backward": lambda: part_backward(nb, args.repeats),
-             "gluon": lambda: part_gluon(nb, args.repeats)}[part]()
+             "gluon": lambda: part_gluon(nb, args.repeats), "fa3": lambda: part_fa3(nb, args.repeats),
+             "fa3step": lambda: part_fa3_step(nb, args.repeats)}[part]()
         except Exception:
             traceback.print_exc()
 
