@@ -1,17 +1,13 @@
-"""Phase 7's training step on Hopper in Gluon, for developers (not wired into a notebook, never graded): the forward
-(tritoncourse/hopper_gluon.py's consumers; Q, K, V read in place through host descriptors of their real strides) and
-a backward laid out as FlashAttention-3's at head_dim 128, with an autograd op for the notebook's AttentionBlock.
-
-Backward: a program per key tile of 128; a one-warp TMA producer fills a ring of Q and dO tiles of 64 queries; two
-4-warp groups of 64 keys compute Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (asynchronous wgmma), Pᵀ and dSᵀ, store dSᵀ into a
-shared 128-key tile and issue dV += Pᵀ·dO; once both have stored (an mbarrier of count 2) each issues dQ = dS·K for
-its half of head_dim, then dK += dSᵀ·Q, and hands its dQ half (fp32, shared memory) to a fifth warp that adds it
-into a global fp32 buffer by a TMA reduce. Δ and the zeroed buffer come from one small kernel before, dQ in fp16
-from one after. Measured: docs/GPU-RUNS.md, thirty-third session (tools/sweep_block.py --parts fa3).
-"""
+"""Phase 7's optional Hopper section (never graded): the training step in Gluon. The forward is hopper_gluon.py's,
+reading the block's strided Q, K, V through host descriptors; the backward is laid out as FlashAttention-3's at
+head_dim 128: a program per 128 keys, a one-warp TMA producer filling a ring of Q and dO tiles of 64 queries, two
+4-warp groups of 64 keys (Sᵀ, dPᵀ, dV, dK by asynchronous wgmma) sharing each tile's dSᵀ through shared memory and
+computing dQ for half of head_dim each, and a fifth warp adding those halves into an fp32 buffer by TMA reduces. Δ
+and the zeroed buffer come from a small kernel before, dQ in fp16 from one after. docs/GPU-RUNS.md, 33rd session."""
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 import triton
@@ -24,8 +20,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from tritoncourse.hopper_gluon import _consumer as _forward_consumer
-from tritoncourse.hopper_gluon import wgmma_layout
+from tritoncourse.hopper_gluon import _consumer as _forward_consumer, wgmma_layout
 
 LOG2E = gl.constexpr(1.4426950408889634)
 
@@ -397,3 +392,9 @@ class GluonAttention(torch.autograd.Function):
 def gluon_attend(q, k, v, causal):
     """The notebook's AttentionBlock's ``attend``: AttentionBlock(embed, heads, gluon_attend, causal)."""
     return GluonAttention.apply(q, k, v, causal)
+
+
+def kernel_source() -> str:
+    """The backward's partitions, its kernel and its wrapper, as written above: what phase 7's notebook prints."""
+    functions = (_producer, _writer, _consumer, _partition, backward_kernel, attention_backward)
+    return "\n\n".join(inspect.getsource(getattr(f, "fn", f)) for f in functions)

@@ -7,7 +7,9 @@ not, several key and query tiles; and the section's claim that Triton 3.6 splits
 groups at 128-row tiles with four warps, checked by compiling for an H100 here, as phase 5's section 9 does. The Gluon
 kernel (FlashAttention-3's overlap written out) against the same reference on a Hopper GPU, fp16 and bf16 (Triton's
 interpreter does not run Gluon), and compiled for an H100 here: its three partitions, its registers, and the overlap
-itself (a wait that leaves one product in flight).
+itself (a wait that leaves one product in flight). Phase 7's optional section, tritoncourse/hopper_gluon_backward.py:
+its op's O and gradients against autograd through the fp32 reference on a Hopper GPU (strided inputs and dO, fp16 and
+bf16, causal or not), and its backward compiled here: partitions, registers, the overlap, dQ added by TMA reduces.
 """
 from __future__ import annotations
 
@@ -111,10 +113,10 @@ print(json.dumps({stage: compiled.asm[stage] for stage in ("ttgir", "ptx")}))
 """
 
 
-def _compile_gluon_for_h100(causal: bool, head_dim: int) -> dict:
-    """The Gluon kernel's TTGIR and PTX compiled for sm_90a here, without a GPU, in a process of its own without
-    TRITON_INTERPRET (this one runs Triton's interpreter, under which Triton's own @jit library functions that Gluon
-    calls, gl.max and gl.sum, may be interpreted ones that Gluon cannot compile)."""
+def _compile_gluon_for_h100(causal: bool, head_dim: int, script: str = _COMPILE_GLUON) -> dict:
+    """A Gluon kernel's TTGIR and PTX (``script``'s) compiled for sm_90a here, without a GPU, in a process of its own
+    without TRITON_INTERPRET (this one runs Triton's interpreter, under which Triton's own @jit library functions that
+    Gluon calls, gl.max and gl.sum, may be interpreted ones that Gluon cannot compile)."""
     import json
     import os
     import subprocess
@@ -124,7 +126,7 @@ def _compile_gluon_for_h100(causal: bool, head_dim: int) -> dict:
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-c", _COMPILE_GLUON, json.dumps([causal, head_dim])], env=env,
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([causal, head_dim])], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
@@ -146,3 +148,86 @@ def test_gluon_kernel_overlaps_its_products_in_three_partitions():
     # still in flight
     assert "wgmma.mma_async" in ptx
     assert re.search(r"wgmma\.wait_group\.sync\.aligned 1;", ptx), "no wait leaves a product in flight"
+
+
+# ---- phase 7's optional Hopper section: tritoncourse/hopper_gluon_backward.py, the training step in Gluon
+
+def _block_views(batch, heads, seq_len, dtype, seed):
+    """Q, K, V as an attention block's projection leaves them (strided slices of one (batch, seq, 3, heads, 128)
+    tensor), and a dO that is not contiguous either."""
+    torch.manual_seed(seed)
+    qkv = torch.randn(batch, seq_len, 3, heads, 128, device=DEVICE, dtype=dtype).permute(2, 0, 3, 1, 4)
+    do = torch.randn(batch, seq_len, heads, 128, device=DEVICE, dtype=dtype).transpose(1, 2)
+    return qkv[0], qkv[1], qkv[2], do
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="Gluon runs compiled only: Triton's interpreter does not run it")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("batch,heads", [(1, 3), (2, 4)], ids=["programs-one-by-one", "programs-in-groups-of-4"])
+def test_gluon_training_op_matches_the_reference(dtype, causal, batch, heads):
+    """O and dQ, dK, dV of the Gluon op against autograd through the fp32 reference: 640 keys (five programs of
+    128 keys, ten query tiles of 64 through a ring of 2), strided inputs and dO, (batch, head)s one by one or in
+    the kernel's groups of 4."""
+    from tritoncourse.hopper_gluon_backward import gluon_attend
+
+    q, k, v, do = _block_views(batch, heads, 640, dtype, seed=3000 + 2 * heads + causal)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    o = gluon_attend(*leaves, causal)
+    o.backward(do)
+    refs = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    ref_o, _ = _reference(*refs, causal)
+    ref_o.backward(do.float())
+    for name, got, want in [("O", o, ref_o), *zip(("dQ", "dK", "dV"), (t.grad for t in leaves),
+                                                   (t.grad for t in refs))]:
+        err = ((got.float() - want).abs().max() / want.abs().max()).item()
+        # P and dS are rounded to the inputs' type before their products (8 bits of mantissa in bf16, 11 in fp16)
+        bound = 1e-2 if dtype == torch.float16 else 3e-2
+        assert err < bound, f"{name}: relative error {err:.1e} ({dtype}, causal {causal})"
+
+
+_COMPILE_GLUON_BACKWARD = """
+import json, sys
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import make_backend
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import create_function_from_signature
+from tritoncourse import hopper_gluon_backward
+
+causal, head_dim = json.loads(sys.argv[1])
+jit = hopper_gluon_backward.backward_kernel
+target = GPUTarget("cuda", 90, 32)
+backend = make_backend(target)
+rows, acc, f32 = torch.empty(4096, head_dim, dtype=torch.float16), torch.empty(4096, head_dim), torch.empty(4096)
+descs = [TensorDescriptor.from_tensor(rows, [block, head_dim], gl.NVMMASharedLayout.get_default_for(
+    [block, head_dim], gl.float16)) for block in (64, 128, 128, 64)]
+descs.append(TensorDescriptor.from_tensor(acc, [64, head_dim // 2], gl.NVMMASharedLayout.get_default_for(
+    [64, head_dim // 2], gl.float32)))
+kwargs = dict(CAUSAL=causal, STAGES=2, GROUP=4, num_warps=4)
+binder = create_function_from_signature(jit.signature, jit.params, backend)
+bound, specialization, options = binder(*descs, f32, f32, rows, rows, 128, 128, 128, 128, 8, 4096, 0.088, **kwargs)
+options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
+compiled = triton.compile(GluonASTSource(jit, signature, constexprs, attrs), target=target, options=options.__dict__)
+print(json.dumps({stage: compiled.asm[stage] for stage in ("ttgir", "ptx")}))
+"""
+
+
+def test_gluon_backward_adds_dq_by_a_warp_of_its_own():
+    """The notebook's prose about the backward, compiled for sm_90a: two consumer groups of 4 warps, a producer warp
+    and a writer warp (240 registers a consumer thread, 24 the others'), asynchronous wgmma with a wait that leaves
+    products in flight, and dQ added into global memory by TMA reduces."""
+    asm = _compile_gluon_for_h100(causal=True, head_dim=128, script=_COMPILE_GLUON_BACKWARD)
+    ttgir, ptx = asm["ttgir"], asm["ptx"]
+    assert re.search(r"ttg\.warp_specialize\(.*requestedRegisters = array<i32: 240, 24, 24>", ttgir), \
+        "not the partitions asked"
+    assert re.findall(r"\bnum_warps\((\d+)\) \{", ttgir) == ["4", "1", "1"], "the workers are not 4 warps, 1 and 1"
+    assert re.search(r"\.reqntid 384\b", ptx), "not 12 warps (384 threads) a program"
+    assert {24, 240} <= {int(n) for n in re.findall(r"setmaxnreg[.\w]*\s+(\d+)", ptx)}
+    assert "wgmma.mma_async" in ptx
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned 1;", ptx), "no wait leaves a product in flight"
+    assert re.search(r"cp\.reduce\.async\.bulk\.tensor\.2d\.global\.shared::cta\.add\b", ptx), \
+        "dQ is not added by a TMA reduce"
+

@@ -225,7 +225,11 @@ COUNTS_ALLOWED = {
                                   "the dK and dV accumulators of a 128-key tile at head_dim 128 over 4 warps' 128 "
                                   "threads: arithmetic",
                               "chose 64 × 64 with 4 warps": "the configuration the sweep chose, as docs/GPU-RUNS.md "
-                                                            "records it (tile shape and launch parameter)"},
+                                                            "records it (tile shape and launch parameter)",
+                              "two **consumer** groups of 4 warps": "tests/units/test_hopper.py: the Gluon backward "
+                                                                    "compiled for sm_90a here (num_warps 4, 1 and 1)",
+                              "its consumers hold 240 registers a thread": "tests/units/test_hopper.py: the Gluon "
+                                                                           "backward's setmaxnreg counts (240, 24)"},
 }
 
 
