@@ -142,26 +142,13 @@ def _partition(ROLE: gl.constexpr, desc_q, desc_k, desc_v, desc_o, lse_ptr, q_sm
 
 
 @gluon.jit
-def gluon_attention_kernel(desc_q, desc_k, desc_v, desc_o,  # (batch·heads·seq_len, HEAD_DIM) views; Q, O: 64 rows
-                           lse_ptr,  # (batch·heads, seq_len) fp32: the natural-log LSE, as your kernel's
-                           seq_len, qk_scale,  # qk_scale = sm_scale · log2(e)
-                           CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                           num_warps: gl.constexpr):
+def _buffers(desc_q, desc_k, desc_v, STAGES: gl.constexpr):
+    """Q's two halves and the rings of K and V tiles in shared memory, with their barriers: Q's, and a ready and an
+    empty one a buffer of each ring."""
     HALF: gl.constexpr = desc_q.block_type.shape[0]
     HEAD_DIM: gl.constexpr = desc_q.block_type.shape[1]
     BLOCK_N: gl.constexpr = desc_k.block_type.shape[0]
     dtype: gl.constexpr = desc_q.dtype
-    pid_m = gl.program_id(0)
-    if CAUSAL:  # the heaviest query tiles first
-        pid_m = gl.num_programs(0) - 1 - pid_m
-    bh = gl.program_id(1)
-    row_kv = bh * seq_len  # this (batch, head)'s first row
-    q_start = pid_m * (2 * HALF)  # the program's first query within its (batch, head)
-    if CAUSAL:
-        n_tiles = (q_start + 2 * HALF) // BLOCK_N
-    else:
-        n_tiles = seq_len // BLOCK_N
-
     q_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], desc_q.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
@@ -176,9 +163,31 @@ def gluon_attention_kernel(desc_q, desc_k, desc_v, desc_o,  # (batch·heads·seq
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=2)  # both consumer groups free a buffer
         mbarrier.init(v_empty.index(i), count=2)
-    args = (desc_q, desc_k, desc_v, desc_o, lse_ptr + bh * seq_len, q_smem, k_smem, v_smem,
-            (q_bar, k_ready, k_empty, v_ready, v_empty), row_kv + q_start, row_kv, q_start, n_tiles, qk_scale, CAUSAL,
-            STAGES)
+    return q_smem, k_smem, v_smem, (q_bar, k_ready, k_empty, v_ready, v_empty)
+
+
+@gluon.jit
+def gluon_attention_kernel(desc_q, desc_k, desc_v, desc_o,  # (batch·heads·seq_len, HEAD_DIM) views; Q, O: 64 rows
+                           lse_ptr,  # (batch·heads, seq_len) fp32: the natural-log LSE, as your kernel's
+                           seq_len, qk_scale,  # qk_scale = sm_scale · log2(e)
+                           CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                           num_warps: gl.constexpr):
+    HALF: gl.constexpr = desc_q.block_type.shape[0]
+    BLOCK_N: gl.constexpr = desc_k.block_type.shape[0]
+    pid_m = gl.program_id(0)
+    if CAUSAL:  # the heaviest query tiles first
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    bh = gl.program_id(1)
+    row_kv = bh * seq_len  # this (batch, head)'s first row
+    q_start = pid_m * (2 * HALF)  # the program's first query within its (batch, head)
+    if CAUSAL:
+        n_tiles = (q_start + 2 * HALF) // BLOCK_N
+    else:
+        n_tiles = seq_len // BLOCK_N
+
+    q_smem, k_smem, v_smem, bars = _buffers(desc_q, desc_k, desc_v, STAGES)
+    args = (desc_q, desc_k, desc_v, desc_o, lse_ptr + bh * seq_len, q_smem, k_smem, v_smem, bars, row_kv + q_start,
+            row_kv, q_start, n_tiles, qk_scale, CAUSAL, STAGES)
     # the default partition (this program's num_warps: consumer 0), then the workers: consumer 1 (4 warps, its
     # registers a thread) and the producer (1 warp, few registers: it only issues copies)
     gl.warp_specialize([(_partition, (0, ) + args), (_partition, (1, ) + args), (_partition, (2, ) + args)], [4, 1],
@@ -215,5 +224,5 @@ def kernel_source() -> str:
     """The kernel's partitions and the wrapper, as written above: what the notebook prints."""
     import inspect
 
-    functions = (wgmma_layout, _producer, _consumer, _partition, gluon_attention_kernel, gluon_attention)
+    functions = (wgmma_layout, _producer, _consumer, _partition, _buffers, gluon_attention_kernel, gluon_attention)
     return "\n\n".join(inspect.getsource(getattr(f, "fn", f)) for f in functions)

@@ -20,7 +20,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from tritoncourse.hopper_gluon import _consumer as _forward_consumer, wgmma_layout
+from tritoncourse.hopper_gluon import _buffers, _consumer as _forward_consumer, wgmma_layout
 
 LOG2E = gl.constexpr(1.4426950408889634)
 
@@ -86,21 +86,7 @@ def forward_kernel(desc_q, desc_k, desc_v, o_ptr, lse_ptr, sq_h, sk_h, sv_h, so_
     o_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, HEAD_DIM], dtype)
     desc_o = tma.make_tensor_descriptor(o_ptr + (bh // n_heads).to(gl.int64) * so_b + h.to(gl.int64) * so_h,
                                         [seq_len, HEAD_DIM], [so_s, 1], [HALF, HEAD_DIM], o_layout)
-    q_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], desc_q.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # both consumer groups free a buffer
-        mbarrier.init(v_empty.index(i), count=2)
-    bars = (q_bar, k_ready, k_empty, v_ready, v_empty)
+    q_smem, k_smem, v_smem, bars = _buffers(desc_q, desc_k, desc_v, STAGES)
     at = ((bh // n_heads) * seq_len, h * sq_h, h * sk_h, h * sv_h)
     args = (desc_q, desc_k, desc_v, desc_o, lse_ptr + bh * seq_len, q_smem, k_smem, v_smem, bars, at, q_start,
             n_tiles, qk_scale, CAUSAL, STAGES)
