@@ -248,15 +248,20 @@ LINT_REFUSED_GRADED = "hostile_kernel_decorator"
 # The learners that the kernel's own bounds of the notebook's sandbox contain (its memory cgroup, which counts memfds
 # and tmpfs pages; the bounded filesystem of its folders; its network namespace): the same sandbox, made by the same
 # plugin inside `nbgrader autograde` whichever grader started it. Graded by `course grade` only, two at a time beside
-# each other as in a class; the memory hog and the fork bomb still under both graders, so that plain nbgrader's
-# limits are proved to reach the sandbox too.
+# each other as in a class; the memory hog still under both graders, so that plain nbgrader's limits (HOSTILE_LIMITS,
+# from its environment) are proved to reach the sandbox too. The fork bomb (the pids cgroup, made by the same Limits
+# beside the memory's) by `course grade` only since 2026-11-29 (CI's time): a learner graded beside it is the stronger
+# witness that it costs only its own points.
 KERNEL_BOUNDED = {"hostile_memfd_hog", "hostile_tmpfs_hog", "hostile_disk_filler", "hostile_unlinked_disk",
-                  "hostile_network"}
+                  "hostile_network", "hostile_fork_bomb"}
 
 
 # Issue 42's learners that act in the grader's own steps outside the notebook's run (the judge's hidden-case
 # messages, its bounds, the lint's decoys): the same code under either grader, so graded by one only, the cheapest
-# that shows it (CI's time). hostile_socket_links acts through the notebook's run: under both.
+# that shows it (CI's time). hostile_socket_links acts through the notebook's run, in ResilientExecute, the same
+# code in the `nbgrader autograde` either grader runs: under plain nbgrader only since 2026-11-29, where one process
+# runs every learner's notebook (a connection a learner's links won from a later notebook's contexts would show only
+# there); before, under both, its attack succeeded against the package from before its fix under each.
 # Under course grade (two at a time) where either would do: plain nbgrader's side grades one at a time, CI's longer.
 # Three more whose attack reaches only what the same plugin makes inside `nbgrader autograde` under either grader:
 # the kills (ppid and pid 1, kill -9 -1) reach only the sandbox's own pid namespace and user, and the notebook's
@@ -267,6 +272,7 @@ ONE_GRADER = {"hostile_decoy_torch": "nbgrader",  # the lint, as the hostile_ker
               "hostile_prints_hidden_then_crashes": "course_grade",  # its feedback HTML, as `course feedback` writes it
               "hostile_judge_memory": "course_grade",  # each learner's seconds in the state file
               "hostile_kill_parent": "nbgrader", "hostile_kill_everything": "nbgrader",
+              "hostile_socket_links": "nbgrader",
               "hostile_huge_output": "course_grade"}
 
 

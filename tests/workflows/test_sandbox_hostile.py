@@ -193,13 +193,13 @@ def test_grading_ends_in_time_and_logs_show_no_secret(hostile, kind):
 # ------------------------------------------------------------------------------ issue 42: the grader's own plumbing
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", GRADERS)
+@pytest.mark.parametrize("kind", graders_of("hostile_socket_links"))
 def test_the_grader_never_connects_where_a_notebooks_kernel_points_it(hostile, kind):
     """hostile_socket_links: its kernel's five socket files linked to a Unix socket this test listens on outside the
     sandbox, a stop of 2 s (the heartbeat), two dropped channels: the grader never connected there (before, with the
-    package of 7dbe71d: 131 connections under plain nbgrader, 133 under course grade), the kernel was not given up
-    while stopped, and the notebook was stopped at the cell that lost a channel, its kernel tests graded outside
-    (full marks: the generic test)."""
+    package of 7dbe71d: 131 connections under plain nbgrader, 133 under course grade; under plain nbgrader only since
+    2026-11-29: ONE_GRADER), the kernel was not given up while stopped, and the notebook was stopped at the cell that
+    lost a channel, its kernel tests graded outside (full marks: the generic test)."""
     name = "hostile_socket_links"
     if ONLY_HOSTILE and name not in ONLY_HOSTILE:
         pytest.skip("not in TRITONCOURSE_HOSTILE_FIXTURES")
