@@ -270,7 +270,7 @@ KERNEL_BOUNDED = {"hostile_memfd_hog", "hostile_tmpfs_hog", "hostile_disk_filler
 # refused as it arrives by ResilientExecute.message_limit, in the `nbgrader autograde` process either grader runs.
 ONE_GRADER = {"hostile_decoy_torch": "nbgrader",  # the lint, as the hostile_kernel_* learners
               "hostile_prints_hidden_then_crashes": "course_grade",  # its feedback HTML, as `course feedback` writes it
-              "hostile_judge_memory": "course_grade",  # each learner's seconds in the state file
+              "hostile_judge_memory": "course_grade",  # each test's seconds in its private grading's log
               "hostile_kill_parent": "nbgrader", "hostile_kill_everything": "nbgrader",
               "hostile_socket_links": "nbgrader",
               "hostile_huge_output": "course_grade"}
