@@ -1,5 +1,6 @@
-# An empty kernel, and a cell that raises its grades in gradebook.db, at once and from a detached child that
-# outlives the cell (it retries every second for 40 s, after autograde has written the grades).
+# An empty kernel, and a cell that raises its grades in gradebook.db, at once, from a detached child that outlives the
+# cell (it retries every second for 40 s, after autograde has written the grades), and from an exit handler of the
+# notebook's Python (run if its kernel were asked to shut down: it is killed after its last cell).
 # expect-fail: test_vector_add_full_blocks test_vector_add_ragged_sizes test_vector_add_block_sizes test_vector_add_large test_vector_add_fp16
 # expect-message: NotImplementedError
 @triton.jit
@@ -43,4 +44,13 @@ if os.fork() == 0:  # a detached grandchild in a session of its own, no ties to 
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     os._exit(0)
 os.wait()
-print("HOSTILE-RAN forge_gradebook: detached forger started")
+import atexit
+
+
+def forge_at_exit():
+    print("HOSTILE-ATEXIT forge_gradebook: the exit handler ran", file=sys.__stderr__, flush=True)
+    subprocess.run([sys.executable, "-c", FORGE, "{{marker}}", "0"], capture_output=True)
+
+
+atexit.register(forge_at_exit)
+print("HOSTILE-RAN forge_gradebook: detached forger started, exit handler registered")
