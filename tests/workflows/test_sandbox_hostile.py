@@ -190,7 +190,7 @@ def test_grading_ends_in_time_and_logs_show_no_secret(hostile, kind):
     # hostile_forge_gradebook's exit handler: nothing of a learner's runs after its notebook's last cell (its kernel is
     # killed then, ResilientExecute.shutdown_kernel; asked to shut down, its Python ran the handler, and its output
     # reached this log, 2026-11-29)
-    assert "HOSTILE-ATEXIT" not in logs, logs[logs.find("HOSTILE-ATEXIT") - 2000:][:3000]
+    assert "HOSTILE-ATEXIT" not in logs, logs[max(0, logs.find("HOSTILE-ATEXIT") - 2000):][:3000]
     fb = hostile.feedback[kind]
     assert fb.returncode == 0, fb.stdout[-3000:] + fb.stderr[-3000:]
 
