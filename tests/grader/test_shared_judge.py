@@ -2,19 +2,25 @@
 
 Each private grading connects to it instead of importing torch, triton and the checks again; what must hold: the
 clients' children and ids stay apart, a client that hangs up (its nbgrader killed at its time limit) leaves no
-judge child behind, a missing socket costs nothing but the saving, and the zygote ends with its starter.
+judge child behind, a missing socket costs nothing but the saving, and the zygote ends with its starter. The
+grading process forks the private gradings' nbgrader there too: it ends as a fresh one would, is killed with what it
+started, and is a fresh process wherever the zygote's imports could differ from its own.
 """
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import DEVICE
-from tritoncourse.grading.processes import zygote_client, zygote_server
+from course import ROOT
+from tritoncourse.classroom.private import kill_tree
+from tritoncourse.grading.processes import zygote, zygote_client, zygote_server
 from tritoncourse.grading.processes.zygote_client import _SharedZygote, _Zygote
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the zygotes serve the CPU interpreter only")
@@ -158,3 +164,94 @@ def test_only_where_a_judge_zygote_is_used(monkeypatch):
     for off in ({"TRITONCOURSE_ZYGOTE": "0"}, {zygote_server.OPT_OUT_ENV: "0"}):
         assert zygote_server.ENV not in zygote_server.shared_judge_env(dict(base, **off))
     assert len(started) == 1
+
+
+def _fork(shared, path: str, cwd: Path, args: list[str], config: Path = ROOT / "nbgrader_config.py", **extra):
+    """``forked_nbgrader`` of ``nbgrader ARGS`` in ``cwd`` (its log starts with the grader's own line), the env."""
+    cwd.mkdir(exist_ok=True)
+    env = dict(shared.env, **{zygote_server.ENV: path}, **extra)
+    log = cwd / "log.txt"
+    log.write_text("$ the grader's line\n")
+    return zygote_server.forked_nbgrader(["-m", "nbgrader", *args], cwd, env, log, config), log, env
+
+
+def test_a_private_nbgrader_is_forked_and_ends_as_a_fresh_one(server, tmp_path, monkeypatch):
+    """Where the grading's environment is the zygote's, its nbgrader is forked there (imported once), in a session
+    of its own: the configuration of its folder is read, its output follows the grader's line in the log, and it
+    says so and ends with a fresh process's exit code and output."""
+    shared, path = server
+    monkeypatch.setattr(zygote_server, "_shared", shared)
+    for i, args in enumerate((["--version"], ["autograde", "no_such_assignment", "--student", "nobody"])):
+        forked_dir, fresh_dir = tmp_path / f"forked{i}", tmp_path / f"fresh{i}"
+        for folder in (forked_dir, fresh_dir):
+            folder.mkdir()
+            (folder / "nbgrader_config.py").write_text("print('read: the folder\\'s configuration')\n")
+        proc, log, env = _fork(shared, path, forked_dir, args)
+        assert isinstance(proc, zygote_server.ForkedNbgrader)
+        code = proc.wait(timeout=120)
+        fresh = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=fresh_dir, env=env,
+                               capture_output=True, text=True, timeout=120)
+        text = log.read_text()
+        assert code == fresh.returncode, (args, text, fresh.stdout + fresh.stderr)
+        assert text.startswith("$ the grader's line\n" + zygote.FORKED_NBGRADER + "\n"), text
+        if args[0] == "autograde":
+            assert "read: the folder's configuration" in text and "read: the folder's configuration" in fresh.stdout
+        last = (fresh.stdout + fresh.stderr).strip().splitlines()[-1].replace(str(fresh_dir), str(forked_dir))
+        assert last.split("]")[-1].strip() in text, (last, text)
+    assert shared.proc.poll() is None
+
+
+def test_a_forked_nbgrader_past_its_time_is_killed_with_what_it_started(server, tmp_path, monkeypatch):
+    """A private grading past its time limit: ``wait`` times out as a Popen's does, and ``kill_tree`` (the grader's
+    kill) ends the forked nbgrader and the process it started, with a killed process's exit code."""
+    shared, path = server
+    monkeypatch.setattr(zygote_server, "_shared", shared)
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "nbgrader_config.py").write_text(
+        "import subprocess, time\nsubprocess.Popen(['sleep', '300'])\ntime.sleep(300)\n")
+    proc, _, _ = _fork(shared, path, tmp_path, ["autograde", "a"])
+    import psutil
+
+    deadline = time.monotonic() + 60
+    while not (children := psutil.Process(proc.pid).children()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert children, "the configuration's process did not start"
+    assert os.getsid(proc.pid) == proc.pid == os.getsid(children[0].pid)  # a session of its own, as Popen's
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.5)
+    kill_tree(proc)
+    assert proc.returncode == -9 and gone(children[0].pid) and gone(proc.pid)
+
+
+def test_a_forked_nbgrader_dies_with_its_zygote(tmp_path, monkeypatch):
+    """The zygote killed (its grading process or Dask worker gone, and it with them), its forked nbgrader dies too,
+    as a worker's nbgrader did through its die-with-parent launcher; ``wait`` says it was killed."""
+    shared = zygote_server.SharedJudge()
+    path = shared.socket_for(dict(os.environ))
+    monkeypatch.setattr(zygote_server, "_shared", shared)
+    (tmp_path / "nbgrader_config.py").write_text("import time\nprint('configured', flush=True)\ntime.sleep(300)\n")
+    try:
+        proc, log, _ = _fork(shared, path, tmp_path, ["autograde", "a"])
+        deadline = time.monotonic() + 60
+        while "configured" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        shared.proc.kill()
+        assert gone(proc.pid) and proc.wait(timeout=10) == -9
+    finally:
+        shared.close()
+
+
+def test_nbgrader_is_a_fresh_process_where_the_zygotes_imports_could_differ(server, tmp_path, monkeypatch):
+    """No fork (the caller starts a fresh Python) where the environment differs from the zygote's, where asked not
+    to, for another command, or where the course's configuration would import another copy of the package."""
+    shared, path = server
+    monkeypatch.setattr(zygote_server, "_shared", shared)
+    other = tmp_path / "other_course"
+    (other / "tritoncourse").mkdir(parents=True)
+    assert _fork(shared, path, tmp_path / "a", ["--version"], TRITONCOURSE_SEED="1")[0] is None
+    assert _fork(shared, path, tmp_path / "b", ["--version"], **{zygote_server.FORK_NBGRADER_ENV: "0"})[0] is None
+    assert _fork(shared, path, tmp_path / "c", ["--version"], config=other / "nbgrader_config.py")[0] is None
+    env = dict(shared.env, **{zygote_server.ENV: path})
+    assert zygote_server.forked_nbgrader(["-c", "pass"], tmp_path, env, tmp_path / "log", ROOT) is None
+    proc = _fork(shared, path, tmp_path / "d", ["--version"])[0]
+    assert proc is not None and proc.wait(timeout=60) == 0

@@ -124,16 +124,25 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 
 def gradings(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """The nbgrader autograde processes among ``procs`` (a worker's grading of one learner)."""
+    """The nbgrader autograde processes among ``procs`` (a worker's grading of one learner): fresh ones by their
+    command line, those its judge zygote forked by their name (zygote.py's ``_nbgrader``)."""
     out = []
     for p in procs:
         try:
             cmd = p.cmdline()
+            if ("nbgrader" in cmd and "autograde" in cmd) or p.name() == "nbgrader":
+                out.append(p)
         except psutil.Error:
             continue
-        if "nbgrader" in cmd and "autograde" in cmd:
-            out.append(p)
     return out
+
+
+def worker_of(grading: psutil.Process) -> psutil.Process | None:
+    """The process that started a grading: its parent, or the parent of the zygote that forked it."""
+    parent = grading.parent()
+    if parent is not None and any(arg.endswith("zygote.py") for arg in parent.cmdline()):
+        parent = parent.parent()
+    return parent
 
 
 def running_gradings(pid: int, older_than: float) -> list[psutil.Process]:
@@ -150,8 +159,16 @@ def running_gradings(pid: int, older_than: float) -> list[psutil.Process]:
 
 
 def student_of(proc: psutil.Process) -> str:
+    """A grading's learner: from its command line, or (forked by a zygote) from its private folder's name
+    (``<assignment>__<student>`` on this machine, ``tritoncourse-<assignment>__<student>-XXXXXXXX/work`` on a Dask
+    worker)."""
     cmd = proc.cmdline()
-    return cmd[cmd.index("--student") + 1]
+    if "--student" in cmd:
+        return cmd[cmd.index("--student") + 1]
+    cwd = Path(proc.cwd())
+    if cwd.name == "work":
+        return cwd.parent.name.split("__", 1)[1].rsplit("-", 1)[0]
+    return cwd.name.split("__", 1)[1]
 
 
 def gone_within(pids: list[int], seconds: float) -> bool:

@@ -25,6 +25,7 @@ from baseline import (A, CELL_TIMEOUT, RETAKE, TIMEOUT_FACTOR, Learner, build_cl
                       new_class_course, submit_class)
 from course import CLASS_FIXTURES, ROOT, Course, gradebook_rows, graded_test_ids
 from course_cli import _env, tc
+from tritoncourse.grading.processes.zygote import FORKED_NBGRADER
 
 DOCS = ROOT / "docs" / "INSTRUCTORS.md"
 JOBS = 2
@@ -123,6 +124,10 @@ def test_every_learner_is_graded_or_has_a_recorded_reason(graded_class):
             for gid, failure in entry["failed_tests"].items():
                 assert isinstance(failure["seed"], int), (learner.name, gid, failure)  # reproducible
     assert "renamed notebook" in " ".join(state[f"{A}/others_outputs"]["notes"])
+    # Each private grading's nbgrader was forked by the grading process's zygote (nbgrader imported there once)
+    logs = sorted((g.parallel.path / "autograded" / ".classroom" / "logs").rglob("*.log"))
+    forked = [p.name for p in logs if FORKED_NBGRADER in p.read_text(errors="replace")]
+    assert len(forked) >= sum(not learner.precheck_error for learner in g.learners), (forked, logs)
     assert g.second_run.returncode == 1  # the two unreadable submissions are reported
     assert "not_json" in g.second_run.stdout and "empty" in g.second_run.stdout
 

@@ -34,7 +34,7 @@ import pytest
 
 from cluster_grading import (A, CLASS_SIZE, DASK_CLASS, GPU_CLASS, SEED, SLURM_CLASS, Output, _env, _new_course,
                              baseline_course, baseline_rows, expected_counts, gone_within, gpu_fixtures, grade_cmd,
-                             row_counts, running_gradings, sqlite_url, state, student_of)
+                             row_counts, running_gradings, sqlite_url, state, student_of, worker_of)
 from course import ROOT, Course, gradebook_rows, graded_test_ids
 from postgres import Postgres, PostgresMissing
 from slurm import Slurm, SlurmMissing
@@ -205,7 +205,7 @@ def dask_pg(tmp_path_factory, postgres, serial_baseline) -> DaskRun:
         while worker is None and time.monotonic() < deadline:
             for g in running_gradings(proc.pid, 4):  # well inside its grading
                 try:
-                    worker, student, victim = g.parent(), student_of(g), g
+                    worker, student, victim = worker_of(g), student_of(g), g
                 except psutil.Error:  # it ended just now: look again
                     continue
                 if worker is not None:

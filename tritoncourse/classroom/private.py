@@ -106,11 +106,12 @@ class Running:
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
 
-    def start(self, key: str, cmd: list[str], **popen) -> subprocess.Popen | None:
+    def start(self, key: str, cmd: list[str], fork=None, **popen) -> subprocess.Popen | None:
+        """``cmd`` started (``fork()``'s process instead where it gives one), or None once stopped."""
         with self._lock:  # stop() either sees this process or this call sees the stop
             if self.stopping.is_set():
                 return None
-            proc = subprocess.Popen(cmd, **popen)
+            proc = (fork and fork()) or subprocess.Popen(cmd, **popen)
             self._procs[key] = proc
             return proc
 
@@ -144,8 +145,10 @@ def grade_privately(work: Path, private: PrivateCourse, argv: list[str], log: Pa
                     ) -> Finished | None:
     """Lay out ``work``, run ``python ARGV`` (nbgrader autograde) there with its output in ``log``, and kill it with
     everything it started past ``timeout`` seconds. ``launcher``: arguments put between the interpreter and ARGV
-    (a Dask worker's die-with-parent wrapper). None when ``running`` was stopped before it started."""
-    from ..grading.processes.zygote_server import shared_judge_env
+    where nbgrader is a fresh process (a Dask worker's die-with-parent wrapper); on the CPU interpreter it is forked
+    by the shared judge zygote instead (zygote_server.forked_nbgrader). None when ``running`` was stopped before it
+    started."""
+    from ..grading.processes.zygote_server import forked_nbgrader, shared_judge_env
 
     lay_out(work, private)
     env = shared_judge_env(nbgrader_env() if env is None else env)
@@ -155,7 +158,10 @@ def grade_privately(work: Path, private: PrivateCourse, argv: list[str], log: Pa
     with open(log, "wb") as fh:
         fh.write(("$ " + " ".join([sys.executable, *argv]) + "\n").encode())
         fh.flush()
+        # Forked by the shared judge zygote, nbgrader already imported, where it can be (it dies with the zygote,
+        # which ends with this process: as the launcher's die-with-parent would have it)
         proc = running.start(key, [sys.executable, *(launcher or []), *argv], cwd=work,
+                             fork=lambda: forked_nbgrader(argv, work, env, log, private.config),
                              env=env, stdin=subprocess.DEVNULL, stdout=fh,
                              stderr=subprocess.STDOUT, start_new_session=True)
         if proc is None:

@@ -14,7 +14,9 @@ itself never runs a learner's code: it only imports the course's modules (and ru
 each child starts from that clean state. Only used on the CPU
 interpreter (CUDA must not be initialised before a fork). The socket's zygote is the judge's shared by the
 private gradings of one process (zygote_server.py, which says why it opens no path to learner code): it forks
-judges only, refuses other uids, and kills the sessions of a connection's children when the connection closes.
+judges, and for the grading process the private gradings' ``nbgrader`` (``{"entry": "nbgrader", "argv"}``: nbgrader
+runs no learner code either, its notebooks' kernels are sandboxed), refuses other uids, and kills the sessions of a
+connection's children when the connection closes.
 """
 import gc
 import json
@@ -55,7 +57,9 @@ def _child(req: dict) -> None:
             except OSError:
                 pass
         os.setsid()
-        out = os.open(req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # nbgrader's output follows the command line its grader wrote at the top of its log
+        mode = os.O_APPEND if req.get("entry") == "nbgrader" else os.O_TRUNC
+        out = os.open(req["out"], os.O_WRONLY | os.O_CREAT | mode, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
@@ -67,9 +71,12 @@ def _child(req: dict) -> None:
         import importlib
 
         entry = req.get("entry", "runner")
-        if entry not in ENTRIES:
+        if entry == "nbgrader":
+            code = _nbgrader(req["argv"])
+        elif entry not in ENTRIES:
             raise ValueError(f"unknown entry {entry!r}")
-        code = importlib.import_module(f"tritoncourse.grading.{entry}.{entry}").main(req["workdir"])
+        else:
+            code = importlib.import_module(f"tritoncourse.grading.{entry}.{entry}").main(req["workdir"])
     except BaseException:  # report anything, then leave without running the zygote's code
         import traceback
 
@@ -80,6 +87,49 @@ def _child(req: dict) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+FORKED_NBGRADER = "# forked by the grading process's zygote (a fresh process: TRITONCOURSE_FORK_NBGRADER=0)"
+
+
+def _nbgrader(argv: list) -> int:
+    """``python -m nbgrader ARGV`` in this forked child (a private grading's, zygote_server.py): nbgrader's import
+    was paid once, by the zygote. The exit handlers run as at a normal exit (those of the zygote's own processes
+    check whose they are); Python's modules are not torn down one by one."""
+    import atexit
+
+    from tritoncourse.grading.processes import zygote_client
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: it dies with the zygote (which ends with its grader)
+        libc.prctl(15, b"nbgrader")  # PR_SET_NAME: `ps -e`, `top` and psutil's name() say what it is
+
+    zygote_client._owner = os.getpid()  # this process's warm zygotes (its judges' connection) close at its exit
+    for path in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    sys.argv = ["nbgrader", *[str(a) for a in argv]]
+    print(FORKED_NBGRADER, flush=True)
+    from nbgrader.apps.nbgraderapp import main
+
+    try:
+        main()
+        code = 0
+    except SystemExit as end:
+        code = end.code if isinstance(end.code, int) else (end.code is not None)
+        if end.code is not None and not isinstance(end.code, int):
+            print(end.code, file=sys.stderr)
+    atexit._run_exitfuncs()
+    return int(code)
+
+
+# What the socket's zygote imports besides PRELOAD, so that the private gradings it forks start with nbgrader and the
+# course's grading steps imported (about 1.3 s of CPU a grading otherwise).
+NBGRADER_PRELOAD = ("nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp",
+                    "tritoncourse.grading.autograde.nbgrader_plugin", "tritoncourse.classroom.feedback")
 
 
 def _warm_dynamo() -> None:
@@ -235,6 +285,7 @@ def serve_socket(path: str) -> None:
     listener.listen(64)
     os.write(1, b'{"listening": true}\n')
     preload()
+    preload_nbgrader()
     _OWN_FDS.add(listener.fileno())
     clients: dict[int, tuple[Client, socket.socket]] = {}
     owners: dict[int, Client] = {}
@@ -272,16 +323,32 @@ def serve_socket(path: str) -> None:
             client.kill_children()
 
 
+_socket_entries: tuple[str, ...] = ("judge",)  # what the socket's clients may ask for: judges; nbgrader once imported
+
+
+def preload_nbgrader() -> None:
+    """Import nbgrader and the course's grading steps (NBGRADER_PRELOAD), so that the socket's clients (the grading
+    process) may fork private gradings here too: nbgrader runs no learner code (its notebooks' kernels are
+    sandboxed), as a judge runs none. Where any import fails, the zygote forks judges only."""
+    global _socket_entries
+    try:
+        for name in NBGRADER_PRELOAD:
+            __import__(name)
+    except Exception:
+        return
+    _socket_entries = ("judge", "nbgrader")
+
+
 def _accept(listener: socket.socket, clients: dict) -> None:
     conn, _ = listener.accept()
     if _peer_uid(conn) != os.getuid():  # the socket's folder is the grader's alone; this is the second wall
         conn.close()
         return
     conn.settimeout(10)  # a client that stops reading is dropped, not waited for by every other
-    client = Client(conn.fileno(), conn.sendall, entries=("judge",))  # never a runner: no learner code
+    client = Client(conn.fileno(), conn.sendall, entries=_socket_entries)  # never a runner: no learner code
     clients[conn.fileno()] = (client, conn)
     _OWN_FDS.add(conn.fileno())
-    client.reply({"ready": True})
+    client.reply({"ready": True, "entries": list(_socket_entries)})
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ class _Zygote:
         self.replies: dict[str, dict] = {}
         self.changed = threading.Condition(self.lock)
         first = replies.readline()
-        if not first or not json.loads(first).get("ready"):
+        self.ready = json.loads(first) if first else {}
+        if not self.ready.get("ready"):
             raise RuntimeError("the test zygote did not start")
         threading.Thread(target=self._read, args=(replies,), daemon=True).start()
 
@@ -69,9 +70,10 @@ class _Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None and "dead" not in self.replies
 
-    def start(self, workdir: str, env: dict, out: str, entry: str = "runner", warm: tuple[str, ...] = ()) -> str:
+    def start(self, workdir: str, env: dict, out: str, entry: str = "runner", warm: tuple[str, ...] = (),
+              argv: list[str] | None = None) -> str:
         """Fork a child running ``entry`` in ``workdir``; its id for :meth:`poll` and :meth:`kill`. ``warm``: what
-        the zygote warms first, once (zygote.WARMERS)."""
+        the zygote warms first, once (zygote.WARMERS). ``argv``: the arguments of nbgrader's entry."""
         with self.lock:
             if "dead" in self.replies:
                 raise RuntimeError("the test zygote died")
@@ -80,6 +82,8 @@ class _Zygote:
             req = {"id": rid, "workdir": workdir, "env": env, "out": out, "entry": entry}
             if warm:
                 req["warm"] = list(warm)
+            if argv is not None:
+                req["argv"] = list(argv)
             self.requests.write((json.dumps(req) + "\n").encode())
             self.requests.flush()
         return rid
