@@ -127,7 +127,7 @@ def _nbgrader(argv: list) -> int:
 
 
 # What the socket's zygote imports besides PRELOAD, so that the private gradings it forks start with nbgrader and the
-# course's grading steps imported (about 1.3 s of CPU a grading otherwise).
+# course's grading steps imported (about 1.8 s of CPU a grading otherwise: import and teardown).
 NBGRADER_PRELOAD = ("nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp",
                     "tritoncourse.grading.autograde.nbgrader_plugin", "tritoncourse.classroom.feedback")
 

@@ -10,7 +10,7 @@ limit) has its children still running killed with their sessions; the zygote and
 process that started it closes its stdin (at exit, or when it dies).
 
 The grading process forks each private ``nbgrader autograde`` from the same zygote (:func:`forked_nbgrader`), which
-imported nbgrader and the course's grading steps once (about 1.3 s of CPU a grading otherwise), where its environment
+imported nbgrader and the course's grading steps once (about 1.8 s of CPU a grading otherwise), where its environment
 is the zygote's; :class:`ForkedNbgrader` stands for the ``subprocess.Popen`` that private.grade_privately would
 otherwise start.
 
@@ -19,8 +19,9 @@ each child runs the test's checks, which talk to the sandboxed runner through a 
 lies in a 0700 folder of the grader's temporary directory, and the server refuses a connection from any other
 uid (SO_PEERCRED): learners' code runs sandboxed under other uids and sees neither. The requests (env, workdir,
 out, an nbgrader's argv) come from the grading process and its private nbgrader processes, which run no learner
-code either (the notebook's kernel is sandboxed; a forked nbgrader closes every connection of the zygote's). Graded unsandboxed (the instructor's explicit opt-out), learners' code runs as the grader and could
-use the socket, but could then do anything the grader can anyway.
+code either (the notebook's kernel is sandboxed; a forked nbgrader closes every connection of the zygote's). Graded
+unsandboxed (the instructor's explicit opt-out), learners' code runs as the grader and could use the socket, but
+could then do anything the grader can anyway.
 """
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def shared_judge_env(env: dict) -> dict:
 
 def forked_nbgrader(argv: list[str], cwd: Path, env: dict, log: Path, config: Path) -> ForkedNbgrader | None:
     """``python ARGV`` (``-m nbgrader ...``) as a child forked by this process's shared zygote, which imported
-    nbgrader and the course's grading steps once (about 1.3 s of CPU a private grading otherwise); None where a fresh
+    nbgrader and the course's grading steps once (about 1.8 s of CPU a private grading otherwise); None where a fresh
     process must run it: no shared zygote in ``env`` (shared_judge_env's), ``TRITONCOURSE_FORK_NBGRADER=0``, an
     environment other than the zygote's (what its modules read when imported could differ), a course whose
     configuration would import another copy of the course's package, or a zygote that cannot fork nbgrader."""
