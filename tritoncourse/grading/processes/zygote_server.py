@@ -188,7 +188,7 @@ class ForkedNbgrader:
         return self.poll()
 
     def kill(self) -> None:
-        self.zygote._kill_session(self.pid)
+        self.zygote.kill(self.rid)
 
 
 def _on_interpreter(env: dict) -> bool:
